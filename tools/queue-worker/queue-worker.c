@@ -673,6 +673,18 @@ disconnect(const char *why)
 	reconnect_delay = fmin(reconnect_delay * 2, RECONNECT_MAX);
 }
 
+/* Server notices go to the log like everything else. */
+static void
+notice_to_log(void *arg, const char *message)
+{
+	char		msg[512];
+
+	(void) arg;
+	snprintf(msg, sizeof(msg), "%s", message);
+	msg[strcspn(msg, "\n")] = '\0';
+	log_msg("server: %s", msg);
+}
+
 static PGconn *
 open_connection(char *errbuf, size_t errlen)
 {
@@ -688,6 +700,7 @@ open_connection(char *errbuf, size_t errlen)
 			PQfinish(c);
 		return NULL;
 	}
+	PQsetNoticeProcessor(c, notice_to_log, NULL);
 	return c;
 }
 
