@@ -1,0 +1,97 @@
+-- Dedup: live items, dedup_window, dead letters, enqueue_batch repeated keys.
+\set VERBOSITY terse
+
+SELECT queue.create_queue('q_dedup');
+
+-- case: a key held by a queued item returns that item's id and inserts nothing
+SELECT queue.enqueue('q_dedup', '{"v": "first"}', dedup_key => 'k1') AS k1 \gset
+SELECT queue.enqueue('q_dedup', '{"v": "second"}', dedup_key => 'k1') = :k1 AS same_id;
+SELECT count(*), min(payload->>'v') AS kept_payload FROM queue.items WHERE queue_name = 'q_dedup';
+
+-- case: ... also while the item is on hold
+SELECT queue.hold('q_dedup', :k1);
+SELECT queue.enqueue('q_dedup', '{"v": "third"}', dedup_key => 'k1') = :k1 AS same_id_on_hold;
+SELECT queue.unhold('q_dedup', :k1);
+
+-- case: ... and while it is processing
+SELECT lease_token AS t1 FROM queue.dequeue('q_dedup', 'w1') \gset
+SELECT queue.enqueue('q_dedup', '{"v": "fourth"}', dedup_key => 'k1') = :k1 AS same_id_processing;
+SELECT count(*) FROM queue.items WHERE queue_name = 'q_dedup';
+
+-- case: ... and while it waits for a retry
+SELECT queue.fail('q_dedup', :k1, :t1, 'retry later');
+SELECT queue.enqueue('q_dedup', '{"v": "fifth"}', dedup_key => 'k1') = :k1 AS same_id_scheduled;
+
+-- case: NULL keys never deduplicate; other queues have their own keys
+SELECT queue.enqueue('q_dedup', '{"v": "n1"}') <> queue.enqueue('q_dedup', '{"v": "n2"}') AS distinct_ids;
+SELECT queue.create_queue('q_dedup_other');
+SELECT queue.enqueue('q_dedup_other', '{"v": "other"}', dedup_key => 'k1') IS NOT NULL AS inserted;
+SELECT count(*) FROM queue.items WHERE queue_name = 'q_dedup_other' AND dedup_key = 'k1';
+
+-- case: without dedup_window a completed item frees its key
+SELECT queue.enqueue('q_dedup', '{"v": "c"}', dedup_key => 'kc', priority => 0) AS kc \gset
+SELECT item_id = :kc AS got_kc, lease_token AS tc FROM queue.dequeue('q_dedup', 'w1') \gset
+SELECT :'got_kc' AS got_kc;
+SELECT queue.complete('q_dedup', :kc, :tc);
+SELECT queue.enqueue('q_dedup', '{"v": "c again"}', dedup_key => 'kc') <> :kc AS new_item;
+SELECT count(*) FROM queue.items WHERE queue_name = 'q_dedup' AND dedup_key = 'kc';
+
+-- case: a dead letter frees its key
+SELECT queue.enqueue('q_dedup', '{"v": "d"}', dedup_key => 'kd') AS kd \gset
+SELECT queue.cancel('q_dedup', :kd);
+SELECT queue.enqueue('q_dedup', '{"v": "d again"}', dedup_key => 'kd') <> :kd AS new_item;
+
+-- case: enqueue_batch: a key repeated inside one batch yields the first one's id twice
+SELECT array_agg(id ORDER BY ord) AS b
+  FROM queue.enqueue_batch('q_dedup', ARRAY['{"b": 1}', '{"b": 2}', '{"b": 3}', '{"b": 4}']::jsonb[],
+       dedup_keys => ARRAY['x', 'y', 'x', NULL]) WITH ORDINALITY AS t(id, ord) \gset
+SELECT b[1] = b[3] AS first_id_twice, b[1] <> b[2] AND b[2] <> b[4] AND b[1] <> b[4] AS others_distinct
+  FROM (SELECT :'b'::bigint[] AS b) s;
+SELECT payload, dedup_key FROM queue.items
+ WHERE queue_name = 'q_dedup' AND item_id = ANY (:'b'::bigint[]) ORDER BY item_id;
+
+-- case: enqueue_batch returns the id of a live item holding the key
+SELECT array_agg(id ORDER BY ord) AS b2
+  FROM queue.enqueue_batch('q_dedup', ARRAY['{"b": 5}', '{"b": 6}']::jsonb[],
+       dedup_keys => ARRAY['x', 'z']) WITH ORDINALITY AS t(id, ord) \gset
+SELECT (:'b2'::bigint[])[1] = (:'b'::bigint[])[1] AS live_id_returned;
+SELECT count(*) FROM queue.items WHERE queue_name = 'q_dedup' AND dedup_key IN ('x', 'z');
+
+-- case: dedup_keys must have the same length as payloads (22023), nothing inserted
+SELECT count(*) AS before FROM queue.items WHERE queue_name = 'q_dedup';
+SELECT queue.enqueue_batch('q_dedup', ARRAY['{"b": 7}', '{"b": 8}']::jsonb[], dedup_keys => ARRAY['only-one']);
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS after FROM queue.items WHERE queue_name = 'q_dedup';
+
+-- case: with dedup_window a completed item keeps its key; a dead letter does not
+SELECT queue.create_queue('q_window', dedup_window => '1 h', retention => '1 s');
+SELECT queue.enqueue('q_window', '{"w": 1}', dedup_key => 'w1') AS w1 \gset
+SELECT lease_token AS tw FROM queue.dequeue('q_window', 'w1') \gset
+SELECT queue.complete('q_window', :w1, :tw);
+SELECT queue.enqueue('q_window', '{"w": "1 again"}', dedup_key => 'w1') = :w1 AS completed_id_returned;
+SELECT count(*) AS live FROM queue.items WHERE queue_name = 'q_window';
+SELECT queue.enqueue('q_window', '{"w": 2}', dedup_key => 'w2') AS w2 \gset
+SELECT queue.cancel('q_window', :w2);
+SELECT queue.enqueue('q_window', '{"w": "2 again"}', dedup_key => 'w2') <> :w2 AS dead_letter_ignored;
+
+-- case: the window is measured from completion
+SELECT queue.create_queue('q_short_window', dedup_window => '1 s');
+SELECT queue.enqueue('q_short_window', '{"s": 1}', dedup_key => 's1') AS s1 \gset
+SELECT lease_token AS ts FROM queue.dequeue('q_short_window', 'w1') \gset
+SELECT queue.complete('q_short_window', :s1, :ts);
+SELECT queue.enqueue('q_short_window', '{"s": "1 again"}', dedup_key => 's1') = :s1 AS inside_window;
+
+SELECT pg_sleep(1.1);
+
+SELECT queue.enqueue('q_short_window', '{"s": "1 later"}', dedup_key => 's1') <> :s1 AS after_window;
+
+-- case: the window holds even after retention has purged the history row
+SELECT purged >= 1 AS purged FROM queue.sweep() WHERE queue_name = 'q_window';
+SELECT count(*) AS history FROM queue.history WHERE queue_name = 'q_window' AND item_id = :w1;
+SELECT queue.enqueue('q_window', '{"w": "1 after purge"}', dedup_key => 'w1') = :w1 AS still_deduplicated;
+SELECT count(*) AS live FROM queue.items WHERE queue_name = 'q_window' AND dedup_key = 'w1';
+
+SELECT queue.drop_queue('q_short_window', force => true);
+SELECT queue.drop_queue('q_window', force => true);
+SELECT queue.drop_queue('q_dedup_other', force => true);
+SELECT queue.drop_queue('q_dedup', force => true);
