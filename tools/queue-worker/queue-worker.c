@@ -41,6 +41,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <sys/time.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -104,6 +107,7 @@ typedef struct Item
 	int			attempt;		/* this claim's attempt number */
 	int			max_attempts;	/* attempts allowed */
 	char	   *payload;		/* payload JSON text */
+	char	   *progress;		/* progress JSON text, NULL if none */
 	double		claimed_at;		/* monotonic times, seconds */
 	double		started_at;
 	double		finished_at;
@@ -800,6 +804,7 @@ static void
 item_free(Item *it)
 {
 	free(it->payload);
+	free(it->progress);
 	buf_free(&it->out);
 	buf_free(&it->line);
 	buf_free(&it->err);
@@ -861,7 +866,8 @@ claim(int want, char *sqlstate)
 	vals[3] = opt.lease;
 	qs = run_query("dequeue",
 				   "SELECT item_id, lease_token, payload, attempt, max_attempts,"
-				   " extract(epoch FROM lease_expires_at - clock_timestamp())::float8"
+				   " extract(epoch FROM lease_expires_at - clock_timestamp())::float8,"
+				   " progress"
 				   " FROM queue.dequeue($1, $2, $3::int, $4::interval)",
 				   4, vals, &res, sqlstate);
 	if (qs != Q_OK)
@@ -886,6 +892,8 @@ claim(int want, char *sqlstate)
 		it->payload = xstrdup(PQgetvalue(res, r, 2));
 		it->attempt = atoi(PQgetvalue(res, r, 3));
 		it->max_attempts = atoi(PQgetvalue(res, r, 4));
+		if (!PQgetisnull(res, r, 6))
+			it->progress = xstrdup(PQgetvalue(res, r, 6));
 		left = PQgetisnull(res, r, 5) ? lease_secs : atof(PQgetvalue(res, r, 5));
 		it->claimed_at = now_mono();
 		it->lease_until = it->claimed_at + left;
@@ -912,6 +920,7 @@ item_start(Item *it)
 	int			errp[2];
 	FILE	   *in;
 	pid_t		pid;
+	pid_t		parent;
 
 	in = tmpfile();
 	if (in == NULL || fputs(it->payload, in) == EOF || fflush(in) != 0 ||
@@ -938,6 +947,7 @@ item_start(Item *it)
 		return false;
 	}
 
+	parent = getpid();
 	pid = fork();
 	if (pid < 0)
 	{
@@ -977,6 +987,17 @@ item_start(Item *it)
 		setenv("QUEUE_MAX_ATTEMPTS", num, 1);
 		setenv("QUEUE_NAME", opt.queue, 1);
 		setenv("QUEUE_WORKER", worker_name, 1);
+		/* the environment caps one string at 128 kB on Linux */
+		if (it->progress && strlen(it->progress) < 100 * 1024)
+			setenv("QUEUE_PROGRESS", it->progress, 1);
+		else
+			unsetenv("QUEUE_PROGRESS");
+#ifdef __linux__
+		/* if the worker dies (even by SIGKILL), its commands die too */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
+#endif
 		execl("/bin/sh", "sh", "-c", opt.exec, (char *) NULL);
 		fprintf(stderr, "cannot run /bin/sh: %s\n", strerror(errno));
 		_exit(127);
@@ -1652,7 +1673,8 @@ usage(void)
 		   "  -V, --version           show the version and exit\n\n"
 		   "Durations take a unit: ms, s, min (or m), h, d; a bare number is seconds.\n\n"
 		   "The command gets the payload JSON on stdin and QUEUE_ITEM_ID, QUEUE_ATTEMPT,\n"
-		   "QUEUE_MAX_ATTEMPTS, QUEUE_NAME, QUEUE_LEASE_TOKEN and QUEUE_WORKER in its environment.\n"
+		   "QUEUE_MAX_ATTEMPTS, QUEUE_NAME, QUEUE_LEASE_TOKEN, QUEUE_WORKER and QUEUE_PROGRESS\n"
+		   "(the item's checkpointed progress, JSON) in its environment.\n"
 		   "  exit 0            the item is completed; stdout, if it is JSON, is the result,\n"
 		   "                    other output is kept as {\"stdout\": \"...\"}\n"
 		   "  exit 75           temporary failure (EX_TEMPFAIL): retried after a backoff\n"

@@ -1,0 +1,345 @@
+#!/usr/bin/env bash
+# test/worker/run.sh -- script-level tests of queue-worker and queue-top
+# against the installed queue extension, on a throw-away cluster.
+#
+#   test/worker/run.sh              run every case (about a minute)
+#   test/worker/run.sh sigterm      run the cases whose name contains "sigterm"
+#
+# Needs the extension installed (make install) and the tools built (make).
+# Run as root, it re-runs itself as the postgres OS user, since initdb
+# refuses to run as root.  Output is TAP ("ok N - name"); the exit status
+# is 0 only if every case passed.  KEEP_TMP=1 keeps the cluster folder.
+
+set -u
+
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+WORKER="$REPO/tools/queue-worker/queue-worker"
+TOP="$REPO/tools/queue-top/queue-top"
+PG_CONFIG=${PG_CONFIG:-pg_config}
+BINDIR=$($PG_CONFIG --bindir)
+
+if [ "$(id -u)" = 0 ]; then
+	[ -x "$WORKER" ] && [ -x "$TOP" ] || make -s -C "$REPO" tools >/dev/null || exit 1
+	exec runuser -u postgres -- env PG_CONFIG="$PG_CONFIG" KEEP_TMP="${KEEP_TMP:-}" bash "$0" "$@"
+fi
+for b in "$WORKER" "$TOP"; do
+	[ -x "$b" ] || { echo "Bail out! $b is not built; run make first"; exit 1; }
+done
+
+FILTER=${1:-}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/queue-worker-test.XXXXXX")
+PGDATA="$TMP/data"
+LOG="$TMP/logs"
+mkdir -p "$LOG"
+
+# A free port in the private range 57000-57999.
+PORT=
+for _ in $(seq 1 50); do
+	p=$((57000 + RANDOM % 1000))
+	if ! "$BINDIR/pg_isready" -q -h "$TMP" -p "$p" 2>/dev/null &&
+		! ss -ltn 2>/dev/null | grep -q ":$p "; then
+		PORT=$p
+		break
+	fi
+done
+[ -n "$PORT" ] || { echo "Bail out! no free port in 57000-57999"; exit 1; }
+
+DSN="host=$TMP port=$PORT dbname=postgres"
+PIDS=()
+
+cleanup() {
+	for p in "${PIDS[@]}"; do
+		kill -KILL "$p" 2>/dev/null
+	done
+	"$BINDIR/pg_ctl" -D "$PGDATA" -m immediate stop >/dev/null 2>&1
+	if [ -z "${KEEP_TMP:-}" ]; then rm -rf "$TMP"; else echo "# kept $TMP"; fi
+}
+trap cleanup EXIT
+
+"$BINDIR/initdb" -D "$PGDATA" -A trust -U postgres >"$LOG/initdb.log" 2>&1 ||
+	{ echo "Bail out! initdb failed, see $LOG/initdb.log"; exit 1; }
+cat >>"$PGDATA/postgresql.conf" <<EOF
+listen_addresses = ''
+unix_socket_directories = '$TMP'
+port = $PORT
+fsync = off
+log_min_messages = warning
+EOF
+start_pg() {
+	"$BINDIR/pg_ctl" -D "$PGDATA" -l "$LOG/postgres.log" -w start >/dev/null ||
+		{ echo "Bail out! postgres did not start, see $LOG/postgres.log"; exit 1; }
+}
+start_pg
+
+sql() { "$BINDIR/psql" -X -q -A -t -v ON_ERROR_STOP=1 -d "$DSN" -c "$1"; }
+
+sql "CREATE EXTENSION queue" >"$LOG/create.log" 2>&1 ||
+	{ echo "Bail out! CREATE EXTENSION queue failed: $(cat "$LOG/create.log")"; exit 1; }
+
+T=0
+FAILED=0
+ok() {
+	T=$((T + 1))
+	echo "ok $T - $1"
+}
+notok() {
+	T=$((T + 1))
+	FAILED=$((FAILED + 1))
+	echo "not ok $T - $1"
+	shift
+	for l in "$@"; do echo "#   $l"; done
+}
+# is NAME GOT WANT
+is() {
+	if [ "$2" = "$3" ]; then ok "$1"; else notok "$1" "got:      '$2'" "expected: '$3'"; fi
+}
+# like NAME TEXT PATTERN (grep -E)
+like() {
+	if printf '%s' "$2" | grep -Eq -- "$3"; then ok "$1"; else notok "$1" "text '$2'" "does not match /$3/"; fi
+}
+want() { [ -z "$FILTER" ] || [[ "$1" == *"$FILTER"* ]]; }
+
+# worker QUEUE LOGNAME ARGS... : run a worker in the foreground
+worker() {
+	local q=$1 name=$2
+	shift 2
+	timeout 60 "$WORKER" --dsn "$DSN" --queue "$q" --name "$name" --poll 200ms "$@" \
+		>"$LOG/$name.out" 2>"$LOG/$name.log"
+}
+# bg_worker QUEUE NAME ARGS... : start one in the background, pid in $BG
+bg_worker() {
+	local q=$1 name=$2
+	shift 2
+	"$WORKER" --dsn "$DSN" --queue "$q" --name "$name" --poll 200ms "$@" \
+		>"$LOG/$name.out" 2>"$LOG/$name.log" &
+	BG=$!
+	PIDS+=("$BG")
+}
+# wait_for SECONDS SQL : until SQL returns t
+wait_for() {
+	local deadline=$((SECONDS + $1))
+	while [ $SECONDS -lt "$deadline" ]; do
+		[ "$(sql "$2" 2>/dev/null)" = t ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+echo "# cluster on port $PORT in $TMP"
+
+# -- case: commands that succeed -----------------------------------------
+if want success; then
+	sql "SELECT queue.create_queue('t_ok')" >/dev/null
+	sql "SELECT queue.enqueue('t_ok', '{\"n\": 1}'); SELECT queue.enqueue('t_ok', '{\"n\": 2}');
+	     SELECT queue.enqueue('t_ok', '{\"n\": 3, \"text\": true}')" >/dev/null
+	worker t_ok ok1 --concurrency 2 --max-items 3 --exec '
+		p=$(cat)
+		case "$p" in
+		*text*) echo "plain words" ;;
+		*) printf "{\"env\": \"%s/%s/%s/%s\", \"in\": %s}\n" "$QUEUE_ITEM_ID" "$QUEUE_ATTEMPT" "$QUEUE_NAME" "$QUEUE_WORKER" "$p" ;;
+		esac'
+	is "success: worker exits 0 after --max-items" "$?" 0
+	is "success: all three items are in history" \
+		"$(sql "SELECT count(*) FROM queue.history WHERE queue_name = 't_ok'")" 3
+	is "success: JSON stdout becomes the result, env and stdin reach the command" \
+		"$(sql "SELECT count(*) FROM queue.history WHERE queue_name = 't_ok'
+		        AND result->>'env' = item_id || '/1/t_ok/ok1' AND result->'in' = payload")" 2
+	is "success: other stdout is kept as {\"stdout\": ...}" \
+		"$(sql "SELECT result::text FROM queue.history WHERE queue_name = 't_ok' AND payload ? 'text'")" \
+		'{"stdout": "plain words"}'
+	is "success: no live items left" "$(sql "SELECT count(*) FROM queue.items WHERE queue_name = 't_ok'")" 0
+	like "success: log has claimed, done and a summary" "$(cat "$LOG/ok1.log")" \
+		'claimed item .*done item .*summary: claimed 3, completed 3'
+fi
+
+# -- case: transient failures (exit 75) ----------------------------------
+if want transient; then
+	sql "SELECT queue.create_queue('t_tmp', max_attempts => 3, backoff_base => '200 ms',
+	        backoff_factor => 1, backoff_jitter => 0)" >/dev/null
+	sql "SELECT queue.enqueue('t_tmp', '{\"n\": 1}')" >/dev/null
+	worker t_tmp tmp1 --idle-exit 2s --exec 'echo "calling the ERP" >&2; echo "ERP_TIMEOUT: no answer in 30 s" >&2; exit 75'
+	is "transient: worker exits 0 on --idle-exit" "$?" 0
+	is "transient: retried until attempts were spent, then dead-lettered" \
+		"$(sql "SELECT reason || ' ' || attempts || ' ' || error_code FROM queue.dead_letters WHERE queue_name = 't_tmp'")" \
+		"max_attempts 3 ERP_TIMEOUT"
+	like "transient: the error is the end of stderr" \
+		"$(sql "SELECT last_error FROM queue.dead_letters WHERE queue_name = 't_tmp'")" \
+		'calling the ERP.*ERP_TIMEOUT: no answer in 30 s'
+	is "transient: every failure is recorded with its code" \
+		"$(sql "SELECT jsonb_array_length(errors) || ' ' || (errors->0->>'error_code') FROM queue.dead_letters WHERE queue_name = 't_tmp'")" \
+		"3 ERP_TIMEOUT"
+	like "transient: log shows retries then the dead letter" "$(cat "$LOG/tmp1.log")" \
+		'attempt 1/3, transient, ERP_TIMEOUT, will retry.*attempt 3/3, transient, ERP_TIMEOUT, now a dead letter'
+fi
+
+# -- case: permanent failures --------------------------------------------
+if want permanent; then
+	sql "SELECT queue.create_queue('t_perm')" >/dev/null
+	sql "SELECT queue.enqueue('t_perm', '{\"n\": 1}'); SELECT queue.enqueue('t_perm', '{\"n\": 2, \"sig\": 1}')" >/dev/null
+	worker t_perm perm1 --max-items 2 --exec 'grep -q sig && kill -KILL $$; echo "BAD_INVOICE: no customer number" >&2; exit 3'
+	is "permanent: worker exits 0" "$?" 0
+	is "permanent: exit 3 dead-letters at once with the code" \
+		"$(sql "SELECT reason || ' ' || attempts || ' ' || coalesce(error_code, '-') FROM queue.dead_letters WHERE queue_name = 't_perm' AND NOT payload ? 'sig'")" \
+		"permanent 1 BAD_INVOICE"
+	like "permanent: a command killed by a signal is a permanent failure" \
+		"$(sql "SELECT reason || ' ' || attempts || ' ' || last_error FROM queue.dead_letters WHERE queue_name = 't_perm' AND payload ? 'sig'")" \
+		'^permanent 1 .*(signal 9|Killed|137)'
+fi
+
+# -- case: commands that run past their lease ----------------------------
+if want lease; then
+	sql "SELECT queue.create_queue('t_lease', lease_timeout => '2 s')" >/dev/null
+	sql "SELECT queue.enqueue('t_lease', '{\"n\": 1}')" >/dev/null
+	worker t_lease lease1 --max-items 1 --exec 'sleep 5; echo "{\"slept\": 5}"'
+	is "lease: a 5 s command under a 2 s lease completes on its first attempt (lease kept alive)" \
+		"$(sql "SELECT attempts || ' ' || result::text FROM queue.history WHERE queue_name = 't_lease'")" \
+		'1 {"slept": 5}'
+
+	# --timeout: a hanging command is stopped and failed transiently
+	sql "SELECT queue.create_queue('t_hang', lease_timeout => '2 s', max_attempts => 1)" >/dev/null
+	sql "SELECT queue.enqueue('t_hang', '{\"n\": 1}')" >/dev/null
+	worker t_hang hang1 --max-items 1 --timeout 1s --exec 'exec sleep 30'
+	is "lease: --timeout stops a hanging command, error_code WORKER_TIMEOUT" \
+		"$(sql "SELECT reason || ' ' || error_code FROM queue.dead_letters WHERE queue_name = 't_hang'")" \
+		"max_attempts WORKER_TIMEOUT"
+
+	# a worker that stalls past its lease loses the item to another claimant
+	sql "SELECT queue.create_queue('t_lost', lease_timeout => '2 s')" >/dev/null
+	sql "SELECT queue.enqueue('t_lost', '{\"n\": 1}')" >/dev/null
+	bg_worker t_lost lost1 --idle-exit 2s --exec "sleep 4; touch '$TMP/lost-finished'"
+	w=$BG
+	wait_for 10 "SELECT count(*) = 1 FROM queue.items WHERE queue_name = 't_lost' AND state = 'processing'"
+	kill -STOP "$w"
+	sleep 2.5
+	thief=$(sql "SELECT attempt FROM queue.dequeue('t_lost', 'thief', 1, '1 min')")
+	kill -CONT "$w"
+	wait "$w"
+	is "lease: the stalled worker exits 0" "$?" 0
+	is "lease: another claimant took the item after the lease expired" "$thief" 2
+	[ -e "$TMP/lost-finished" ] && notok "lease: the command of the lost lease was killed" || ok "lease: the command of the lost lease was killed"
+	like "lease: the worker logged the loss and reported nothing" "$(cat "$LOG/lost1.log")" \
+		'lease lost.*lost lease 1'
+	is "lease: the item is still held by the new claimant" \
+		"$(sql "SELECT state || ' ' || worker || ' ' || attempt FROM queue.items WHERE queue_name = 't_lost'")" \
+		"processing thief 2"
+fi
+
+# -- case: checkpoints ---------------------------------------------------
+if want checkpoint; then
+	sql "SELECT queue.create_queue('t_ckpt', backoff_base => '200 ms', backoff_jitter => 0)" >/dev/null
+	sql "SELECT queue.enqueue('t_ckpt', '{\"n\": 1}')" >/dev/null
+	worker t_ckpt ckpt1 --idle-exit 2s --exec '
+		if [ "$QUEUE_ATTEMPT" = 1 ]; then
+			echo "{\"checkpoint\": {\"booked\": true}}"
+			echo "ERP_TIMEOUT: gone after booking" >&2
+			exit 75
+		fi
+		echo "{\"checkpoint\": {\"sent\": true}}"
+		printf "{\"resumed_with\": %s}\n" "$QUEUE_PROGRESS"'
+	is "checkpoint: worker exits 0" "$?" 0
+	is "checkpoint: the retry saw the first attempt's progress" \
+		"$(sql "SELECT attempts || ' ' || (result->'resumed_with')::text FROM queue.history WHERE queue_name = 't_ckpt'")" \
+		'2 {"booked": true}'
+	is "checkpoint: progress merged both checkpoints" \
+		"$(sql "SELECT (SELECT i.progress FROM queue.item('t_ckpt', h.item_id) AS i)::text FROM queue.history h WHERE h.queue_name = 't_ckpt'" 2>/dev/null ||
+		   echo 'queue.item has no progress column')" \
+		'{"sent": true, "booked": true}'
+fi
+
+# -- case: a worker killed with SIGKILL ----------------------------------
+if want sigkill; then
+	sql "SELECT queue.create_queue('t_kill', lease_timeout => '2 s')" >/dev/null
+	sql "SELECT queue.enqueue('t_kill', '{\"n\": 1}'); SELECT queue.enqueue('t_kill', '{\"n\": 2}')" >/dev/null
+	bg_worker t_kill kill1 --concurrency 2 --exec "sleep 8; touch '$TMP/orphan-finished'"
+	w=$BG
+	wait_for 10 "SELECT count(*) = 2 FROM queue.items WHERE queue_name = 't_kill' AND state = 'processing'"
+	kill -KILL "$w"
+	wait "$w" 2>/dev/null
+	sleep 0.3
+	if pgrep -f "$TMP/orphan-finished" >/dev/null; then
+		notok "sigkill: the killed worker's commands died with it"
+	else
+		ok "sigkill: the killed worker's commands died with it"
+	fi
+	t0=$SECONDS
+	worker t_kill kill2 --concurrency 2 --max-items 2 --exec 'cat >/dev/null; echo "{\"attempt\": $QUEUE_ATTEMPT}"'
+	is "sigkill: a second worker finishes" "$?" 0
+	is "sigkill: both items came back via lease expiry and were completed on attempt 2" \
+		"$(sql "SELECT count(*) FILTER (WHERE attempts = 2 AND worker = 'kill2') FROM queue.history WHERE queue_name = 't_kill'")" 2
+	[ $((SECONDS - t0)) -le 10 ] && ok "sigkill: recovery took about one lease" ||
+		notok "sigkill: recovery took about one lease" "took $((SECONDS - t0)) s"
+fi
+
+# -- case: a worker stopped with SIGTERM ---------------------------------
+if want sigterm; then
+	sql "SELECT queue.create_queue('t_term')" >/dev/null
+	sql "SELECT queue.enqueue('t_term', '{\"slow\": false}'); SELECT queue.enqueue('t_term', '{\"slow\": true}');
+	     SELECT queue.enqueue('t_term', '{\"slow\": true}')" >/dev/null
+	# two slots, three claimed: one waits unstarted, one ends within grace
+	bg_worker t_term term1 --concurrency 2 --batch 3 --grace 1s --exec \
+		'if grep -q "\"slow\": true"; then exec sleep 30; else sleep 0.5; echo "{\"quick\": true}"; fi'
+	w=$BG
+	wait_for 10 "SELECT count(*) = 3 FROM queue.items WHERE queue_name = 't_term' AND state = 'processing'"
+	kill -TERM "$w"
+	wait "$w"
+	is "sigterm: worker exits 0" "$?" 0
+	is "sigterm: the item that finished within the grace period was completed" \
+		"$(sql "SELECT count(*) FROM queue.history WHERE queue_name = 't_term'")" 1
+	is "sigterm: the other two were released, attempt given back" \
+		"$(sql "SELECT string_agg(state || '/' || attempt, ',') FROM queue.items WHERE queue_name = 't_term'")" \
+		"queued/0,queued/0"
+	like "sigterm: summary counts the releases" "$(cat "$LOG/term1.log")" 'released 2'
+fi
+
+# -- case: the database restarts under a running command -----------------
+if want restart; then
+	sql "SELECT queue.create_queue('t_restart')" >/dev/null
+	sql "SELECT queue.enqueue('t_restart', '{\"n\": 1}')" >/dev/null
+	bg_worker t_restart rst1 --max-items 1 --exec 'sleep 3; echo "{\"survived\": true}"'
+	w=$BG
+	wait_for 10 "SELECT count(*) = 1 FROM queue.items WHERE queue_name = 't_restart' AND state = 'processing'"
+	"$BINDIR/pg_ctl" -D "$PGDATA" -m fast stop >/dev/null
+	sleep 1
+	start_pg
+	wait "$w"
+	is "restart: worker exits 0" "$?" 0
+	is "restart: the item was reported once, after reconnecting" \
+		"$(sql "SELECT attempts || ' ' || result::text FROM queue.history WHERE queue_name = 't_restart'")" \
+		'1 {"survived": true}'
+	like "restart: the log shows the reconnect" "$(cat "$LOG/rst1.log")" 'lost the database connection.*connected to the database again'
+fi
+
+# -- case: usage and configuration errors --------------------------------
+if want usage; then
+	"$WORKER" --exec true >/dev/null 2>"$LOG/usage.err"
+	is "usage: missing --queue exits 2" "$?" 2
+	like "usage: and says what to fix" "$(cat "$LOG/usage.err")" '--queue is required'
+	"$WORKER" --dsn "$DSN" --queue no_such_queue --exec true >/dev/null 2>"$LOG/usage.err"
+	is "usage: unknown queue exits 1" "$?" 1
+	like "usage: and names the fix" "$(cat "$LOG/usage.err")" "queue.create_queue\('no_such_queue'\)"
+	"$WORKER" --dsn "$DSN" --queue t_ok --exec true --lease 'soon' >/dev/null 2>"$LOG/usage.err"
+	is "usage: a bad --lease exits 2" "$?" 2
+	like "usage: --help documents the exit codes" "$("$WORKER" --help)" 'exit 75'
+	like "usage: --version" "$("$WORKER" --version)" '^queue-worker [0-9]'
+fi
+
+# -- case: queue-top --once ----------------------------------------------
+if want top; then
+	out=$("$TOP" --dsn "$DSN" --once 2>&1)
+	is "top: --once exits 0" "$?" 0
+	like "top: shows the queues" "$out" 't_ok .*'
+	like "top: shows the sections" "$out" 'HEALTH'
+	like "top: shows the workers" "$out" 'ok1'
+	if printf '%s' "$out" | grep -q $'\033'; then notok "top: --once prints no escape codes"; else ok "top: --once prints no escape codes"; fi
+	"$TOP" --dsn "host=$TMP port=1 dbname=postgres" --once >/dev/null 2>&1
+	is "top: --once exits 1 when the database is unreachable" "$?" 1
+	"$TOP" --interval 0 >/dev/null 2>&1
+	is "top: a bad --interval exits 2" "$?" 2
+fi
+
+echo "1..$T"
+if [ "$FAILED" -gt 0 ]; then
+	echo "# $FAILED of $T failed; logs in $LOG (KEEP_TMP=1 keeps them)"
+	exit 1
+fi
+echo "# all $T passed"
