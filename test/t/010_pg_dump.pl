@@ -1,0 +1,187 @@
+
+# Copyright (c) the queue authors
+#
+# pg_dump / restore: a database with queues and items in every state is
+# dumped (custom and plain format) and restored into new databases; the
+# queues, their settings, the items with their states, leases, history,
+# dead letters and events come back intact, and the restored queue keeps
+# working: the old lease token completes its item, new items get fresh ids,
+# dedup still sees the old keys, dead letters can be replayed.
+
+use strict;
+use warnings FATAL => 'all';
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('dump');
+$node->init;
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'pg_cron'\n");
+$node->append_conf('postgresql.conf', "cron.database_name = 'postgres'\n");
+$node->start;
+
+$node->safe_psql('postgres', 'CREATE DATABASE src');
+$node->safe_psql('src', 'CREATE EXTENSION queue');
+
+# A queue with non-default settings, and a second, default one.
+$node->safe_psql('src', q{
+	SELECT queue.create_queue('dumped', lease_timeout => '10 min', max_attempts => 3,
+		backoff_base => '2 s', backoff_factor => 2, backoff_max => '5 min',
+		backoff_jitter => 0, item_ttl => '30 days', dedup_window => '1 h',
+		priority_aging => '5 min', max_in_flight => 10, retention => '3 days',
+		sla => '20 min', notify => false, audit => 'all');
+	SELECT queue.create_queue('plain');
+});
+
+# Items in every state.
+my $ids = $node->safe_psql('src', q{
+	SELECT queue.enqueue('dumped', '{"s": "processed"}', priority => 0, dedup_key => 'k-done');
+	SELECT queue.enqueue('dumped', '{"s": "dead"}', priority => 0, correlation_id => 'c-dead');
+	SELECT queue.enqueue('dumped', '{"s": "processing"}', priority => 0);
+	SELECT queue.enqueue('dumped', '{"s": "retrying"}', priority => 0);
+	SELECT queue.enqueue('dumped', '{"s": "queued"}', priority => 3, dedup_key => 'k-queued',
+		correlation_id => 'c-queued');
+	SELECT queue.enqueue('dumped', '{"s": "scheduled"}', run_at => now() + interval '1 day');
+	SELECT queue.enqueue('dumped', '{"s": "held"}');
+	SELECT queue.enqueue('plain', '{"s": "other queue"}');
+});
+my ($done, $dead, $proc, $retry, $queued, $sched, $held, $other) = split /\n/, $ids;
+is(scalar(grep { defined && /^\d+$/ } ($done, $dead, $proc, $retry, $queued, $sched, $held, $other)),
+	8, 'eight items enqueued');
+
+my $claims = $node->safe_psql('src', q{
+	SELECT item_id || ' ' || lease_token FROM queue.dequeue('dumped', 'bot-1', batch_size => 4)
+	 ORDER BY item_id;
+});
+my %token = map { split / / } split /\n/, $claims;
+is(scalar(keys %token), 4, 'four items claimed');
+
+$node->safe_psql('src', qq{
+	SELECT queue.complete('dumped', $done, $token{$done}, '{"ok": true}');
+	SELECT queue.fail('dumped', $dead, $token{$dead}, 'vendor unknown',
+		error_code => 'NO_VENDOR', permanent => true);
+	SELECT queue.checkpoint('dumped', $proc, $token{$proc}, '{"page": 4}');
+	SELECT queue.checkpoint('dumped', $retry, $token{$retry}, '{"step": 1}');
+	SELECT queue.fail('dumped', $retry, $token{$retry}, 'ERP down', error_code => 'ERP', retry_in => '1 h');
+	SELECT queue.hold('dumped', $held, 'customer asked');
+});
+
+is($node->safe_psql('src', q{
+	SELECT string_agg(payload->>'s' || '=' || state, ',' ORDER BY item_id)
+	  FROM queue.items WHERE queue_name = 'dumped'}),
+	'processing=processing,retrying=scheduled,queued=queued,scheduled=scheduled,held=on_hold',
+	'source has items in every live state');
+
+# Everything that must survive, as text.
+my $snapshot_sql = q{
+	SELECT 'queue', row_to_json(q)::text FROM queue.queues q
+	UNION ALL
+	SELECT 'item', concat_ws('|', queue_name, item_id, state, priority, attempt, max_attempts,
+		run_at, enqueued_at, lease_expires_at, worker, dedup_key, correlation_id, last_error,
+		payload, progress) FROM queue.items
+	UNION ALL
+	SELECT 'history', concat_ws('|', queue_name, item_id, payload, result, attempts, worker,
+		enqueued_at, claimed_at, completed_at, dedup_key, correlation_id) FROM queue.history
+	UNION ALL
+	SELECT 'dead', concat_ws('|', queue_name, item_id, payload, progress, attempts, reason,
+		last_error, error_code, errors, dead_at, review_status, replayed_as, dedup_key,
+		correlation_id, enqueued_at) FROM queue.dead_letters
+	UNION ALL
+	SELECT 'events', count(*)::text FROM queue.events
+	ORDER BY 1, 2;
+};
+my $before = $node->safe_psql('src', $snapshot_sql);
+like($before, qr/^dead\|dumped\|$dead\|/m, 'snapshot has the dead letter');
+like($before, qr/^history\|dumped\|$done\|/m, 'snapshot has the history row');
+
+my $tempdir = PostgreSQL::Test::Utils::tempdir;
+my $dumpfile = "$tempdir/queue.dump";
+my $sqlfile = "$tempdir/queue.sql";
+
+$node->command_ok(
+	[ 'pg_dump', '--format=custom', '--file', $dumpfile, '--dbname', $node->connstr('src') ],
+	'pg_dump --format=custom');
+$node->command_ok(
+	[ 'pg_dump', '--format=plain', '--file', $sqlfile, '--dbname', $node->connstr('src') ],
+	'pg_dump --format=plain');
+
+$node->safe_psql('postgres', 'CREATE DATABASE dst_custom');
+$node->safe_psql('postgres', 'CREATE DATABASE dst_plain');
+$node->command_ok(
+	[ 'pg_restore', '--exit-on-error', '--dbname', $node->connstr('dst_custom'), $dumpfile ],
+	'pg_restore into a new database');
+$node->command_ok(
+	[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '--file', $sqlfile, '--dbname',
+	  $node->connstr('dst_plain') ],
+	'plain dump restored with psql');
+
+foreach my $db ('dst_custom', 'dst_plain')
+{
+	is($node->safe_psql($db, $snapshot_sql), $before,
+		"$db: queues, items, states, history, dead letters and events intact");
+
+	is($node->safe_psql($db, qq{SELECT state FROM queue.item('dumped', $held)}),
+		'on_hold', "$db: held item still on hold");
+	is($node->safe_psql($db, qq{SELECT state FROM queue.item('dumped', $dead)}),
+		'dead', "$db: dead letter still dead");
+	is($node->safe_psql($db, qq{SELECT state FROM queue.item('dumped', $done)}),
+		'processed', "$db: processed item still in history");
+
+	# The lease taken before the dump is still the current one.
+	is($node->safe_psql($db, qq{SELECT queue.complete('dumped', $proc, $token{$proc} + 1)}),
+		'f', "$db: a wrong token is still refused");
+	is($node->safe_psql($db, qq{SELECT queue.complete('dumped', $proc, $token{$proc}, '{"after": "restore"}')}),
+		't', "$db: the lease token from before the dump completes its item");
+
+	# The queue still hands out work and completes it.
+	my $got = $node->safe_psql($db, q{
+		SELECT item_id || ' ' || lease_token || ' ' || attempt
+		  FROM queue.dequeue('dumped', 'bot-2', batch_size => 10)});
+	my ($got_id, $got_token, $got_attempt) = split / /, $got;
+	is($got_id, $queued, "$db: dequeue returns the queued item, and only it");
+	is($got_attempt, 1, "$db: first attempt");
+	is($node->safe_psql($db, qq{SELECT queue.complete('dumped', $got_id, $got_token)}),
+		't', "$db: complete after restore");
+
+	# New items get new ids; dedup still knows the keys completed before the dump.
+	my $new = $node->safe_psql($db, q{SELECT queue.enqueue('dumped', '{"s": "new"}')});
+	ok($new > $other && $new > $sched && $new > $held, "$db: new ids do not collide with restored ones");
+	is($node->safe_psql($db, q{SELECT queue.enqueue('dumped', '{"s": "dup"}', dedup_key => 'k-done')}),
+		$done, "$db: dedup_window still covers an item completed before the dump");
+	my $newclaim = $node->safe_psql($db, q{
+		SELECT item_id || ' ' || lease_token FROM queue.dequeue('dumped', 'bot-2')});
+	my ($nid, $ntok) = split / /, $newclaim;
+	is($nid, $new, "$db: the new item is claimed");
+	is($node->safe_psql($db, qq{SELECT queue.complete('dumped', $nid, $ntok)}),
+		't', "$db: the new item completes");
+
+	# Dead letters can be replayed once.
+	my $replayed = $node->safe_psql($db, qq{SELECT queue.replay('dumped', $dead)});
+	ok($replayed =~ /^\d+$/ && $replayed != $dead, "$db: dead letter replayed as a new item");
+	is($node->safe_psql($db, qq{SELECT progress IS NOT DISTINCT FROM (SELECT progress FROM queue.dead_letters
+		WHERE queue_name = 'dumped' AND item_id = $dead) FROM queue.items
+		WHERE queue_name = 'dumped' AND item_id = $replayed}),
+		't', "$db: the replayed item keeps its progress");
+	my ($ret, $out, $err) = $node->psql($db, qq{SELECT queue.replay('dumped', $dead)},
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	isnt($ret, 0, "$db: second replay fails");
+	like($err, qr/55000/, "$db: second replay is 55000");
+
+	# The other queue is intact too.
+	is($node->safe_psql($db, q{SELECT payload->>'s' FROM queue.dequeue('plain', 'bot-3')}),
+		'other queue', "$db: the second queue works");
+
+	is($node->safe_psql($db, q{
+		SELECT string_agg(payload->>'s' || '=' || state, ',' ORDER BY item_id)
+		  FROM queue.items WHERE queue_name = 'dumped'}),
+		'retrying=scheduled,scheduled=scheduled,held=on_hold,dead=queued',
+		"$db: live items after the work");
+}
+
+# The source database is untouched by all of this.
+is($node->safe_psql('src', $snapshot_sql), $before, 'source database unchanged');
+
+$node->stop;
+
+done_testing();
