@@ -1,0 +1,383 @@
+#!/usr/bin/env bash
+# test/demo/run.sh -- the bot-fleet demo behind `make demo`.
+#
+# On a throw-away cluster in ./.demo (pg_cron preloaded) it enqueues 4,200
+# invoices, starts five queue-worker bots running test/demo/erp.sh, kills
+# one bot with kill -9 midway, takes the "ERP" down for a while so the
+# circuit breaker pauses the queue and later resumes it through its
+# half-open probe, and ends with a report drawn from SQL.  About two to
+# three minutes; everything it starts is stopped on exit.
+#
+# Run as root, it installs missing build dependencies (apt), runs
+# `make && make install`, and runs the cluster and bots as the postgres OS
+# user.  Otherwise it expects the extension and tools to be installed and
+# built already.  DEMO_KEEP=1 keeps ./.demo (logs, data) afterwards.
+
+set -u
+
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+DEMO="$REPO/.demo"
+PG_CONFIG=${PG_CONFIG:-pg_config}
+WORKER="$REPO/tools/queue-worker/queue-worker"
+TOP="$REPO/tools/queue-top/queue-top"
+ERP="$REPO/test/demo/erp.sh"
+INVOICES=4000       # the bulk load
+URGENT=200          # urgent invoices sent after the bots start (priority 0)
+DUPLICATES=30       # invoices sent a second time, to be dropped by dedup
+BOTS=5
+
+say() { printf '\033[1m== %s\033[0m\n' "$*"; }
+note() { printf '   %s\n' "$*"; }
+
+# -- as root: dependencies, build, install; then carry on as postgres ----
+if [ "$(id -u)" = 0 ] && [ -z "${DEMO_AS_POSTGRES:-}" ]; then
+	missing=()
+	for p in postgresql-server-dev-15 postgresql-15-cron libpq-dev; do
+		dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+	done
+	if [ ${#missing[@]} -gt 0 ]; then
+		say "installing ${missing[*]}"
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" ||
+			{ echo "could not install ${missing[*]}; install them and run again"; exit 1; }
+	fi
+	say "building and installing the extension and tools"
+	(make -s -C "$REPO" && make -s -C "$REPO" install) >"$REPO/.demo-build.log" 2>&1 ||
+		{ cat "$REPO/.demo-build.log"; echo "build failed (log above)"; exit 1; }
+	rm -f "$REPO/.demo-build.log"
+	rm -rf "$DEMO"
+	mkdir -p "$DEMO"
+	chown postgres: "$DEMO"
+	exec runuser -u postgres -- env DEMO_AS_POSTGRES=1 PG_CONFIG="$PG_CONFIG" \
+		DEMO_KEEP="${DEMO_KEEP:-}" bash "$0" "$@"
+fi
+
+BINDIR=$($PG_CONFIG --bindir)
+[ -f "$($PG_CONFIG --sharedir)/extension/queue.control" ] ||
+	{ echo "the queue extension is not installed: run make install (as root), then again"; exit 1; }
+[ -f "$($PG_CONFIG --pkglibdir)/pg_cron.so" ] ||
+	{ echo "pg_cron is not installed: apt-get install postgresql-15-cron, then again"; exit 1; }
+for b in "$WORKER" "$TOP"; do
+	[ -x "$b" ] || { echo "$b is not built: run make, then again"; exit 1; }
+done
+
+rm -rf "$DEMO/data" "$DEMO/logs" "$DEMO/outage"
+mkdir -p "$DEMO/logs" || exit 1
+PGDATA="$DEMO/data"
+LOGS="$DEMO/logs"
+FLAG="$DEMO/outage"
+
+PORT=
+for _ in $(seq 1 50); do
+	p=$((57000 + RANDOM % 1000))
+	if ! ss -ltn 2>/dev/null | grep -q ":$p " && [ ! -e "$DEMO/.s.PGSQL.$p" ]; then
+		PORT=$p
+		break
+	fi
+done
+[ -n "$PORT" ] || { echo "no free port in 57000-57999"; exit 1; }
+DSN="host=$DEMO port=$PORT dbname=demo"
+
+declare -A BOT_PID=()
+cleanup() {
+	local pids=()
+	for b in "${!BOT_PID[@]}"; do
+		kill -TERM "${BOT_PID[$b]}" 2>/dev/null && pids+=("${BOT_PID[$b]}")
+	done
+	for _ in $(seq 1 70); do
+		local alive=0
+		for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+		[ $alive = 0 ] && break
+		sleep 0.1
+	done
+	for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+	[ -f "$PGDATA/postmaster.pid" ] && "$BINDIR/pg_ctl" -D "$PGDATA" -m fast -w stop >/dev/null 2>&1
+	if [ -z "${DEMO_KEEP:-}" ]; then rm -rf "$PGDATA"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+sql() { "$BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$DSN" "$@"; }
+val() { "$BINDIR/psql" -X -q -A -t -v ON_ERROR_STOP=1 -d "$DSN" -c "$1"; }
+
+T0=$(date +%s.%N)
+elapsed() { awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%5.1f", b - a }'; }
+
+# -- cluster ---------------------------------------------------------------
+say "starting a throw-away cluster on port $PORT in .demo/"
+"$BINDIR/initdb" -D "$PGDATA" -A trust -U postgres >"$LOGS/initdb.log" 2>&1 ||
+	{ cat "$LOGS/initdb.log"; exit 1; }
+cat >>"$PGDATA/postgresql.conf" <<EOF
+listen_addresses = ''
+unix_socket_directories = '$DEMO'
+port = $PORT
+shared_preload_libraries = 'pg_cron'
+cron.database_name = 'demo'
+cron.use_background_workers = on
+max_worker_processes = 16
+max_connections = 60
+fsync = off
+synchronous_commit = off
+log_min_messages = warning
+EOF
+"$BINDIR/pg_ctl" -D "$PGDATA" -l "$LOGS/postgres.log" -w start >/dev/null ||
+	{ tail -20 "$LOGS/postgres.log"; exit 1; }
+"$BINDIR/createdb" -h "$DEMO" -p "$PORT" demo || exit 1
+
+sql <<'EOF' || exit 1
+\set VERBOSITY terse
+CREATE EXTENSION pg_cron;
+CREATE EXTENSION queue;
+SELECT queue.enable_cron();
+ALTER SYSTEM SET queue.worker_offline_after = '10s';
+SELECT pg_reload_conf();
+SELECT queue.create_queue('invoices',
+         lease_timeout       => '6 s',
+         max_attempts        => 5,
+         backoff_base        => '1 s',
+         backoff_factor      => 2,
+         backoff_max         => '8 s',
+         dedup_window        => '1 hour',
+         audit               => 'all',
+         sla                 => '2 min',
+         breaker_threshold   => 0.5,
+         breaker_window      => '1 min',
+         breaker_min_samples => 20,
+         breaker_cooldown    => '10 s');
+-- what the demo sent, for the accounting at the end
+CREATE TABLE demo_sent (invoice text, item_id bigint, urgent boolean, resent boolean);
+EOF
+note "pg_cron jobs: $(val "SELECT string_agg(jobname || ' ' || schedule, ', ') FROM cron.job")"
+
+# -- producers -------------------------------------------------------------
+say "enqueueing $INVOICES invoices in one enqueue_batch (a few malformed, one slow)"
+sql <<EOF || exit 1
+WITH src AS (
+  SELECT g, format('INV-%s', lpad(g::text, 6, '0')) AS inv,
+         CASE WHEN g % 350 = 0
+              THEN jsonb_build_object('invoice', format('INV-%s', lpad(g::text, 6, '0')),
+                                      'amount', 100 + g % 900, 'malformed', true)
+              ELSE jsonb_build_object('invoice', format('INV-%s', lpad(g::text, 6, '0')),
+                                      'customer', format('C%s', g % 97), 'amount', 100 + g % 900,
+                                      'slow', g = 777)
+         END AS payload
+  FROM generate_series(1, $INVOICES) AS g),
+ids AS (
+  SELECT t.id, t.n
+  FROM queue.enqueue_batch('invoices',
+         (SELECT array_agg(payload ORDER BY g) FROM src),
+         dedup_keys => (SELECT array_agg(inv ORDER BY g) FROM src)) WITH ORDINALITY AS t(id, n))
+INSERT INTO demo_sent SELECT src.inv, ids.id, false, false FROM src JOIN ids ON ids.n = src.g;
+EOF
+note "$(val "SELECT count(*) FROM demo_sent") enqueued; stats: $(val "SELECT format('queued %s, scheduled %s', queued, scheduled) FROM queue.stats('invoices')")"
+
+# -- the fleet -------------------------------------------------------------
+start_bot() {
+	local n=$1
+	ERP_OUTAGE_FLAG="$FLAG" ERP_LATENCY=0.1 "$WORKER" --dsn "$DSN" --queue invoices \
+		--exec "$ERP" --name "bot-$n" --concurrency 3 --lease '6 s' --heartbeat 2s \
+		--poll 1s --poll-max 2s --grace 5s >"$LOGS/bot-$n.out" 2>"$LOGS/bot-$n.log" &
+	BOT_PID[$n]=$!
+}
+say "starting $BOTS bots: queue-worker --queue invoices --exec test/demo/erp.sh --concurrency 3 --lease '6 s'"
+for n in $(seq 1 $BOTS); do start_bot "$n"; done
+
+status_line() {
+	val "SELECT format('t=%ss  processed %s  dead %s  queued %s  scheduled %s  processing %s  %s',
+	        '$(elapsed)', (SELECT count(*) FROM queue.history WHERE queue_name = 'invoices'),
+	        s.dead, s.queued, s.scheduled, s.processing,
+	        CASE WHEN s.paused THEN 'PAUSED: ' || coalesce(q.pause_reason, '') ELSE 'running' END)
+	     FROM queue.stats('invoices') s, queue.queues q WHERE q.queue_name = 'invoices'" 2>/dev/null
+}
+
+killed=0
+outage_on=0
+outage_done=0
+outage_start=0
+urgent_sent=0
+top_shown=0
+last_sweep=0
+last_status=0
+deadline=$((SECONDS + 150))
+KILLED_BOT=3
+T_START=$SECONDS
+
+while [ $SECONDS -lt $deadline ]; do
+	now=$SECONDS
+	t=$((now - T_START))
+	done_n=$(val "SELECT count(*) FROM queue.history WHERE queue_name = 'invoices'")
+
+	if [ $urgent_sent = 0 ] && [ $t -ge 3 ]; then
+		say "t=$(elapsed)s a producer sends $URGENT urgent invoices (priority 0) and re-sends $DUPLICATES old ones"
+		sql <<EOF >/dev/null || exit 1
+WITH src AS (
+  SELECT g, format('INV-%s', lpad(g::text, 6, '0')) AS inv,
+         jsonb_build_object('invoice', format('INV-%s', lpad(g::text, 6, '0')),
+                            'customer', format('C%s', g % 97), 'amount', 5000, 'urgent', true) AS payload
+  FROM generate_series($INVOICES + 1, $INVOICES + $URGENT) AS g),
+ids AS (
+  SELECT t.id, t.n
+  FROM queue.enqueue_batch('invoices', (SELECT array_agg(payload ORDER BY g) FROM src),
+         priority => 0, dedup_keys => (SELECT array_agg(inv ORDER BY g) FROM src)) WITH ORDINALITY AS t(id, n))
+INSERT INTO demo_sent SELECT src.inv, ids.id, true, false FROM src JOIN ids ON ids.n = src.g - $INVOICES;
+-- the same invoice sent twice: enqueue returns the first one's id
+INSERT INTO demo_sent
+SELECT s.invoice, queue.enqueue('invoices',
+         jsonb_build_object('invoice', s.invoice, 'customer', 'C1', 'amount', 1, 'resent', true),
+         dedup_key => s.invoice), false, true
+FROM (SELECT invoice FROM demo_sent WHERE NOT urgent ORDER BY item_id LIMIT $DUPLICATES OFFSET 100) AS s;
+EOF
+		urgent_sent=1
+		note "dedup: $(val "SELECT count(*) FILTER (WHERE resent) || ' re-sent, ' || count(DISTINCT item_id) FILTER (WHERE resent) || ' of them matched existing items, ' || (count(*) - count(DISTINCT item_id)) || ' duplicates dropped' FROM demo_sent")"
+	fi
+
+	if [ $killed = 0 ] && [ $t -ge 10 ]; then
+		held=$(val "SELECT count(*) FROM queue.items WHERE queue_name = 'invoices' AND worker = 'bot-$KILLED_BOT' AND state = 'processing'")
+		say "t=$(elapsed)s kill -9 bot-$KILLED_BOT while it holds $held item(s); nobody releases them"
+		val "CREATE TABLE demo_orphans AS SELECT item_id, attempt FROM queue.items WHERE queue_name = 'invoices' AND worker = 'bot-$KILLED_BOT' AND state = 'processing'" >/dev/null
+		kill -KILL "${BOT_PID[$KILLED_BOT]}"
+		wait "${BOT_PID[$KILLED_BOT]}" 2>/dev/null
+		unset "BOT_PID[$KILLED_BOT]"
+		killed=1
+	fi
+
+	if [ $outage_on = 0 ] && [ $outage_done = 0 ] && [ $t -ge 16 ]; then
+		say "t=$(elapsed)s ERP outage begins: every call times out (exit 75, ERP_TIMEOUT)"
+		touch "$FLAG"
+		outage_on=1
+		outage_start=$now
+	fi
+	if [ $outage_on = 1 ] && [ $((now - outage_start)) -ge 25 ]; then
+		say "t=$(elapsed)s ERP outage ends"
+		rm -f "$FLAG"
+		outage_on=0
+		outage_done=1
+	fi
+	if [ $outage_on = 1 ] && [ $top_shown = 0 ] && [ "$(val "SELECT paused FROM queue.queues WHERE queue_name = 'invoices'")" = t ]; then
+		say "t=$(elapsed)s the breaker opened; what an operator sees (queue-top --once):"
+		val "SELECT queue.sweep()" >/dev/null 2>&1
+		"$TOP" --dsn "$DSN" --once 2>&1 | sed 's/^/   | /'
+		top_shown=1
+	fi
+
+	# pg_cron sweeps once a minute; the demo compresses time by sweeping
+	# and snapshotting every 5 s as well.
+	if [ $((now - last_sweep)) -ge 5 ]; then
+		val "SELECT queue.sweep()" >/dev/null 2>>"$LOGS/sweep.err"
+		val "SELECT queue.snapshot_metrics()" >/dev/null 2>>"$LOGS/sweep.err"
+		last_sweep=$now
+	fi
+	if [ $((now - last_status)) -ge 3 ]; then
+		note "$(status_line)"
+		last_status=$now
+	fi
+
+	left=$(val "SELECT count(*) FROM queue.items WHERE queue_name = 'invoices'")
+	if [ "$left" = 0 ] && [ $outage_done = 1 ]; then
+		note "$(status_line)"
+		say "t=$(elapsed)s every invoice is processed or dead-lettered"
+		break
+	fi
+	sleep 0.5
+done
+[ $SECONDS -lt $deadline ] || say "time is up: reporting what there is (some invoices are still live)"
+
+rm -f "$FLAG"
+say "stopping the bots (SIGTERM)"
+for b in "${!BOT_PID[@]}"; do kill -TERM "${BOT_PID[$b]}" 2>/dev/null; done
+for b in "${!BOT_PID[@]}"; do wait "${BOT_PID[$b]}" 2>/dev/null; done
+BOT_PID=()
+for n in $(seq 1 $BOTS); do
+	note "bot-$n: $(grep -o 'summary: .*' "$LOGS/bot-$n.log" | sed 's/^summary: //' || echo 'killed with -9, no summary')"
+done
+val "SELECT queue.sweep()" >/dev/null 2>&1
+val "SELECT queue.snapshot_metrics()" >/dev/null 2>&1
+
+# -- report ----------------------------------------------------------------
+say "REPORT"
+sql <<'EOF'
+\pset footer off
+\echo
+\echo '-- every invoice accounted for'
+SELECT (SELECT count(*) FROM demo_sent)                          AS enqueue_calls,
+       (SELECT count(DISTINCT invoice) FROM demo_sent)           AS distinct_invoices,
+       (SELECT count(*) - count(DISTINCT item_id) FROM demo_sent) AS duplicates_dropped,
+       p.processed, d.dead_letters, l.still_live,
+       p.processed + d.dead_letters = (SELECT count(DISTINCT invoice) FROM demo_sent) AS all_accounted_for
+FROM (SELECT count(*) AS processed FROM queue.history WHERE queue_name = 'invoices') p,
+     (SELECT count(*) AS dead_letters FROM queue.dead_letters WHERE queue_name = 'invoices') d,
+     (SELECT count(*) AS still_live FROM queue.items WHERE queue_name = 'invoices') l;
+
+\echo '-- urgent invoices (priority 0) overtake the backlog'
+SELECT CASE WHEN s.urgent THEN 'urgent (0)' ELSE 'normal (2)' END AS priority,
+       count(*) AS processed,
+       round(avg(extract(epoch FROM h.claimed_at - h.enqueued_at))::numeric, 1) AS avg_wait_s
+FROM queue.history h JOIN demo_sent s ON s.item_id = h.item_id AND NOT s.resent
+WHERE h.queue_name = 'invoices' GROUP BY 1 ORDER BY 1 DESC;
+
+\echo '-- the orphans of the bot killed with -9'
+SELECT o.item_id, o.attempt AS attempt_when_killed, i.state AS now,
+       h.worker AS finished_by, h.attempts,
+       (SELECT string_agg(DISTINCT e.kind, ', ') FROM queue.events e
+         WHERE e.queue_name = 'invoices' AND e.item_id = o.item_id
+           AND e.kind IN ('recovered', 'failed', 'retrying')) AS recovery_events
+FROM demo_orphans o
+LEFT JOIN LATERAL queue.item('invoices', o.item_id) i ON true
+LEFT JOIN queue.history h ON h.queue_name = 'invoices' AND h.item_id = o.item_id
+ORDER BY o.item_id;
+
+\echo '-- the circuit breaker: trip, half-open probes, recovery (queue.events)'
+SELECT to_char(at, 'HH24:MI:SS.MS') AS at, kind, coalesce(details::text, '') AS details
+FROM queue.events
+WHERE queue_name = 'invoices' AND item_id IS NULL
+  AND kind NOT IN ('enqueued')
+ORDER BY at, event_id;
+
+\echo '-- retries: processed invoices by the attempt that succeeded'
+SELECT attempts, count(*) AS invoices FROM queue.history WHERE queue_name = 'invoices'
+GROUP BY 1 ORDER BY 1;
+
+\echo '-- failures by error code (queue.events)'
+SELECT coalesce(details->>'error_code', '(none)') AS error_code, count(*) AS failures
+FROM queue.events WHERE queue_name = 'invoices' AND kind = 'failed'
+GROUP BY 1 ORDER BY 2 DESC;
+
+\echo '-- dead letters'
+SELECT item_id, payload->>'invoice' AS invoice, reason, attempts, error_code,
+       split_part(last_error, E'\n', array_length(string_to_array(last_error, E'\n'), 1)) AS last_error_line
+FROM queue.dead_letters WHERE queue_name = 'invoices' ORDER BY item_id;
+
+\echo '-- health() and stats()'
+SELECT queue_name, status, array_to_string(reasons, '; ') AS reasons FROM queue.health('invoices');
+SELECT queue_name, queued, scheduled, processing, dead, processed_1h, failed_1h,
+       wait_p50, wait_p95, run_p50, run_p95, paused
+FROM queue.stats('invoices');
+
+\echo '-- throughput (completions per 5 s; the dip is the outage)'
+WITH b AS (
+  SELECT width_bucket(extract(epoch FROM completed_at - m.t0), 0, 600, 120) AS bucket, count(*) AS n
+  FROM queue.history, (SELECT min(claimed_at) AS t0 FROM queue.history WHERE queue_name = 'invoices') m
+  WHERE queue_name = 'invoices' GROUP BY 1)
+SELECT format('%3s-%3s s', (bucket - 1) * 5, bucket * 5) AS window, n AS completed,
+       repeat('#', (n / 10)::int) AS bar
+FROM b ORDER BY bucket;
+SELECT count(*) AS processed,
+       round(extract(epoch FROM max(completed_at) - min(claimed_at))::numeric, 1) AS seconds,
+       round((count(*) / nullif(extract(epoch FROM max(completed_at) - min(claimed_at)), 0))::numeric, 1) AS per_second
+FROM queue.history WHERE queue_name = 'invoices';
+
+\echo '-- the fleet (queue.workers)'
+SELECT * FROM queue.workers ORDER BY 1;
+EOF
+
+say "where to look next"
+cat <<EOF
+   psql '$DSN'                       (run with DEMO_KEEP=1 to keep the cluster; start it with
+                                      pg_ctl -D .demo/data -l .demo/logs/postgres.log start)
+   SELECT * FROM queue.stats();       live numbers per queue
+   SELECT * FROM queue.health();      what needs attention, and why
+   SELECT * FROM queue.events WHERE queue_name = 'invoices' ORDER BY at DESC LIMIT 20;
+   SELECT * FROM queue.dead_letters;  then queue.replay('invoices', item_id, corrected_payload)
+   tools/queue-top/queue-top --dsn '$DSN'    the live view
+   .demo/logs/bot-*.log               one line per item from each bot
+EOF
+say "demo finished in $(elapsed) s"
