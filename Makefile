@@ -1,0 +1,85 @@
+# Makefile for the queue extension (PGXS)
+#
+#   make             build the extension and its tools
+#   make install     install them into the PostgreSQL found by $(PG_CONFIG)
+#   make test        install build dependencies, then run every test on
+#                    throw-away clusters (pg_regress, isolation, TAP, tools)
+#   make demo        run the bot-fleet demo on a throw-away cluster
+#   make bench       run the benchmark suite (see test/bench/README.md)
+
+EXTENSION = queue
+EXTVERSION = 0.1.0
+
+MODULE_big = queue
+OBJS = \
+	src/queue.o \
+	src/validate.o \
+	src/config.o \
+	src/access.o \
+	src/enqueue.o \
+	src/dequeue.o \
+	src/ack.o
+
+# The install script is assembled from the topic files under schema/, in
+# name order; upgrade scripts queue--X--Y.sql are kept as written.
+SCHEMA_PARTS = $(sort $(wildcard schema/*.sql))
+DATA_built = $(EXTENSION)--$(EXTVERSION).sql
+DATA = $(filter-out $(DATA_built), $(wildcard $(EXTENSION)--*--*.sql) $(wildcard $(EXTENSION)--*.sql))
+
+PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
+
+# pg_regress: every sql/*.sql, in name order, each in a fresh database
+# with the extension loaded; a temporary instance preloads pg_cron.
+REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+REGRESS_OPTS = --load-extension=queue --temp-instance=./tmp_check --temp-config=test/regress.conf
+
+# Isolation specs: test/specs/*.spec with expected output in test/expected.
+ISOLATION = $(patsubst test/specs/%.spec,%,$(sort $(wildcard test/specs/*.spec)))
+ISOLATION_OPTS = --inputdir=test --load-extension=queue --temp-instance=./tmp_check_iso --temp-config=test/regress.conf
+
+# TAP tests (crash recovery, concurrency, faults, tools).
+TAP_TESTS = 1
+PROVE_TESTS = test/t/*.pl
+PROVE_FLAGS = --timer
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+# Custom targets follow the PGXS include.
+
+$(DATA_built): $(SCHEMA_PARTS)
+	( echo '/* $(EXTENSION)--$(EXTVERSION).sql */'; \
+	  echo ''; \
+	  echo '-- complain if script is sourced in psql, rather than via CREATE EXTENSION'; \
+	  printf '%s\n' '\echo Use "CREATE EXTENSION $(EXTENSION)" to load this file. \quit'; \
+	  for f in $(SCHEMA_PARTS); do echo ''; echo "-- source: $$f"; cat $$f; done ) > $@
+
+all: $(DATA_built) tools
+
+.PHONY: tools install-tools test demo bench checkver
+
+tools:
+	@for d in tools/*/; do [ -f $$d/Makefile ] && $(MAKE) -C $$d PG_CONFIG=$(PG_CONFIG) || exit 1; done
+
+install: install-tools
+install-tools: tools
+	@for d in tools/*/; do [ -f $$d/Makefile ] && $(MAKE) -C $$d PG_CONFIG=$(PG_CONFIG) install || exit 1; done
+
+clean: clean-tools
+clean-tools:
+	@for d in tools/*/; do [ -f $$d/Makefile ] && $(MAKE) -C $$d clean; done; true
+
+# One version in one place: the control file must agree with EXTVERSION.
+checkver:
+	@grep -q "default_version = '$(EXTVERSION)'" $(EXTENSION).control || \
+	  { echo "queue.control default_version differs from EXTVERSION $(EXTVERSION)"; exit 1; }
+
+test: checkver
+	test/run-tests.sh
+
+demo:
+	test/demo/run.sh
+
+bench:
+	test/bench/run.sh

@@ -1,0 +1,249 @@
+-- Tables.
+--
+-- queue_config      one row per queue: settings, pause and breaker state
+-- item_live         items that are queued, scheduled, on hold or processing
+-- item_done         processed items (the history), until retention
+-- dead_letters      dead items with their error history and review status
+-- dedup_done        dedup keys of completed items, for dedup_window
+-- failure_log       one row per failed attempt (transient, permanent, lost
+--                   lease): failed_1h, breaker window, worker success rate
+-- worker_registry   bots that dequeue; maintenance_window their windows
+-- queue_grant       per-queue access grants (tenant isolation)
+-- events, alerts, metrics_history: audit trail and observability
+--
+-- Claim order lives in one btree: (queue_name, priority, visible_at,
+-- item_id).  visible_at is when the item is next claimable: run_at for a
+-- queued or scheduled item, the end of the backoff after a failure, the
+-- lease expiry while it is leased, and 'infinity' while on hold.  A claim
+-- therefore reads the head of its priority range and never walks past
+-- leased, scheduled or held rows, and an expired lease is claimable the
+-- moment it expires without any sweeper.
+
+CREATE TABLE queue.queue_config (
+    queue_name          text        NOT NULL PRIMARY KEY,
+    lease_timeout       interval    NOT NULL,
+    max_attempts        int         NOT NULL,
+    backoff_base        interval    NOT NULL,
+    backoff_factor      float8      NOT NULL,
+    backoff_max         interval    NOT NULL,
+    backoff_jitter      float8      NOT NULL,
+    item_ttl            interval,
+    dedup_window        interval,
+    priority_aging      interval,
+    max_in_flight       int,
+    retention           interval    NOT NULL,
+    sla                 interval,
+    notify              boolean     NOT NULL,
+    audit               text        NOT NULL,
+    breaker_threshold   float8,
+    breaker_window      interval    NOT NULL,
+    breaker_min_samples int         NOT NULL,
+    breaker_cooldown    interval    NOT NULL,
+    -- state
+    paused              boolean     NOT NULL DEFAULT false,
+    pause_reason        text,
+    paused_at           timestamptz,
+    breaker_state       text        NOT NULL DEFAULT 'closed'
+                        CHECK (breaker_state IN ('closed', 'open', 'probing')),
+    breaker_opened_at   timestamptz,
+    breaker_since       timestamptz NOT NULL DEFAULT '-infinity',
+    probe_item_id       bigint,
+    probe_expires_at    timestamptz,
+    -- per-queue grants exist for this access kind (see queue_grant)
+    restrict_reader     boolean     NOT NULL DEFAULT false,
+    restrict_producer   boolean     NOT NULL DEFAULT false,
+    restrict_worker     boolean     NOT NULL DEFAULT false,
+    created_at          timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE queue.item_live (
+    queue_name       text        NOT NULL,
+    item_id          bigint      NOT NULL DEFAULT nextval('queue.item_id_seq'),
+    priority         int         NOT NULL,   -- effective (aged) priority
+    visible_at       timestamptz NOT NULL,   -- next claimable at (see above)
+    base_priority    int         NOT NULL,   -- priority as enqueued
+    run_at           timestamptz NOT NULL,   -- became (or becomes) claimable
+    enqueued_at      timestamptz NOT NULL DEFAULT now(),
+    attempt          int         NOT NULL DEFAULT 0,
+    max_attempts     int         NOT NULL,
+    lease_token      bigint,                 -- current lease; NULL if none
+    lease_expires_at timestamptz,
+    worker           text,                   -- holder of the lease
+    claimed_at       timestamptz,
+    on_hold          boolean     NOT NULL DEFAULT false,
+    hold_reason      text,
+    expires_at       timestamptz,
+    dedup_key        text,
+    correlation_id   text,
+    payload          jsonb       NOT NULL,
+    progress         jsonb,
+    last_error       text,
+    error_code       text,
+    errors           jsonb       NOT NULL DEFAULT '[]',
+    PRIMARY KEY (queue_name, item_id)
+) WITH (fillfactor = 90);
+
+CREATE INDEX item_live_claim_idx
+    ON queue.item_live (queue_name, priority, visible_at, item_id);
+CREATE UNIQUE INDEX item_live_dedup_idx
+    ON queue.item_live (queue_name, dedup_key) WHERE dedup_key IS NOT NULL;
+-- leases by holder: heartbeat, offline recovery, capacity, in-flight counts
+CREATE INDEX item_live_worker_idx
+    ON queue.item_live (queue_name, worker) WHERE worker IS NOT NULL;
+
+ALTER TABLE queue.item_live SET (
+    autovacuum_vacuum_scale_factor = 0.0,
+    autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_insert_scale_factor = 0.0,
+    autovacuum_vacuum_insert_threshold = 10000,
+    autovacuum_vacuum_cost_delay = 0
+);
+
+CREATE TABLE queue.item_done (
+    queue_name     text        NOT NULL,
+    item_id        bigint      NOT NULL,
+    payload        jsonb       NOT NULL,
+    result         jsonb,
+    attempts       int         NOT NULL,
+    worker         text,
+    enqueued_at    timestamptz NOT NULL,
+    claimed_at     timestamptz,
+    completed_at   timestamptz NOT NULL,
+    dedup_key      text,
+    correlation_id text,
+    progress       jsonb,
+    PRIMARY KEY (queue_name, item_id)
+);
+-- completed_at grows with insertion order: a BRIN index costs next to
+-- nothing per completion and serves retention and the hourly counts.
+CREATE INDEX item_done_completed_brin
+    ON queue.item_done USING brin (completed_at) WITH (pages_per_range = 16);
+
+CREATE TABLE queue.dead_letters (
+    queue_name     text        NOT NULL,
+    item_id        bigint      NOT NULL,
+    payload        jsonb       NOT NULL,
+    progress       jsonb,
+    attempts       int         NOT NULL,
+    reason         text        NOT NULL
+                   CHECK (reason IN ('max_attempts', 'permanent', 'expired',
+                                     'lease_expired', 'cancelled')),
+    last_error     text,
+    error_code     text,
+    errors         jsonb       NOT NULL DEFAULT '[]',
+    dead_at        timestamptz NOT NULL DEFAULT now(),
+    review_status  text        NOT NULL DEFAULT 'new'
+                   CHECK (review_status IN ('new', 'in_review', 'resolved', 'rejected')),
+    review_note    text,
+    reviewed_at    timestamptz,
+    replayed_as    bigint,
+    dedup_key      text,
+    correlation_id text,
+    enqueued_at    timestamptz NOT NULL,
+    priority       int         NOT NULL DEFAULT 2,
+    max_attempts   int,
+    worker         text,
+    PRIMARY KEY (queue_name, item_id)
+);
+CREATE INDEX dead_letters_open_idx
+    ON queue.dead_letters (queue_name, dead_at)
+    WHERE review_status IN ('new', 'in_review');
+
+CREATE TABLE queue.dedup_done (
+    queue_name   text        NOT NULL,
+    dedup_key    text        NOT NULL,
+    item_id      bigint      NOT NULL,
+    completed_at timestamptz NOT NULL,
+    PRIMARY KEY (queue_name, dedup_key)
+);
+
+CREATE TABLE queue.failure_log (
+    queue_name  text        NOT NULL,
+    failure_id  bigint      NOT NULL DEFAULT nextval('queue.failure_id_seq'),
+    at          timestamptz NOT NULL DEFAULT now(),
+    item_id     bigint      NOT NULL,
+    attempt     int,
+    worker      text,
+    kind        text        NOT NULL
+                CHECK (kind IN ('transient', 'permanent', 'lease_expired', 'offline')),
+    error_code  text,
+    error       text,
+    PRIMARY KEY (queue_name, failure_id)
+);
+CREATE INDEX failure_log_at_idx ON queue.failure_log (queue_name, at);
+
+CREATE TABLE queue.worker_registry (
+    worker        text        NOT NULL PRIMARY KEY,
+    queues        text[],
+    capacity      int,
+    info          jsonb       NOT NULL DEFAULT '{}',
+    draining      boolean     NOT NULL DEFAULT false,
+    registered_at timestamptz NOT NULL DEFAULT now(),
+    last_seen     timestamptz NOT NULL DEFAULT now(),
+    offline_handled_at timestamptz
+);
+
+CREATE TABLE queue.maintenance_window (
+    worker         text        NOT NULL,
+    window_id      bigint      NOT NULL DEFAULT nextval('queue.maintenance_id_seq'),
+    starts_at      timestamptz NOT NULL,
+    ends_at        timestamptz NOT NULL,
+    reason         text,
+    PRIMARY KEY (worker, window_id),
+    CHECK (ends_at > starts_at)
+);
+
+CREATE TABLE queue.queue_grant (
+    queue_name text NOT NULL,
+    grantee    oid  NOT NULL,   -- pg_authid oid of the role
+    access     text NOT NULL CHECK (access IN ('producer', 'worker', 'reader')),
+    PRIMARY KEY (queue_name, access, grantee)
+);
+
+CREATE TABLE queue.events (
+    queue_name text        NOT NULL,
+    event_id   bigint      NOT NULL DEFAULT nextval('queue.event_id_seq'),
+    item_id    bigint,
+    at         timestamptz NOT NULL DEFAULT now(),
+    kind       text        NOT NULL,
+    worker     text,
+    attempt    int,
+    details    jsonb       NOT NULL DEFAULT '{}',
+    PRIMARY KEY (queue_name, event_id)
+);
+CREATE INDEX events_at_idx ON queue.events (queue_name, at);
+CREATE INDEX events_item_idx ON queue.events (queue_name, item_id) WHERE item_id IS NOT NULL;
+
+CREATE TABLE queue.alerts (
+    queue_name text        NOT NULL,
+    alert_id   bigint      NOT NULL DEFAULT nextval('queue.alert_id_seq'),
+    kind       text        NOT NULL,
+    message    text        NOT NULL,
+    details    jsonb       NOT NULL DEFAULT '{}',
+    raised_at  timestamptz NOT NULL DEFAULT now(),
+    cleared_at timestamptz,
+    PRIMARY KEY (queue_name, alert_id)
+);
+CREATE UNIQUE INDEX alerts_open_idx
+    ON queue.alerts (queue_name, kind) WHERE cleared_at IS NULL;
+
+CREATE TABLE queue.metrics_history (
+    queue_name        text        NOT NULL,
+    taken_at          timestamptz NOT NULL,
+    queued            bigint,
+    scheduled         bigint,
+    processing        bigint,
+    on_hold           bigint,
+    dead              bigint,
+    oldest_queued_age interval,
+    processed_1h      bigint,
+    failed_1h         bigint,
+    wait_p50          interval,
+    wait_p95          interval,
+    run_p50           interval,
+    run_p95           interval,
+    paused            boolean,
+    processed         bigint,
+    failed            bigint,
+    PRIMARY KEY (queue_name, taken_at)
+);

@@ -1,0 +1,287 @@
+-- Internal functions: the SQL face of the C checks, audit events, alerts,
+-- dead-lettering and the circuit breaker's bookkeeping.  Not granted to
+-- anyone; the API functions call them.
+
+CREATE FUNCTION queue._check_name(queue_name text) RETURNS text
+    LANGUAGE c IMMUTABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_check_name_sql';
+COMMENT ON FUNCTION queue._check_name(text) IS 'Validates a queue name (22023 / 22004) and returns it';
+
+CREATE FUNCTION queue._check_payload(payload jsonb) RETURNS void
+    LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_check_payload_sql';
+COMMENT ON FUNCTION queue._check_payload(jsonb) IS 'Rejects a NULL or oversized payload';
+
+CREATE FUNCTION queue._check_access(queue_name text, access text) RETURNS void
+    LANGUAGE c STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'queue_check_access_sql';
+COMMENT ON FUNCTION queue._check_access(text, text) IS 'Fails unless the queue exists (42704) and the caller has the access (42501)';
+
+CREATE FUNCTION queue._can_read(queue_name text) RETURNS boolean
+    LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_can_read_sql';
+COMMENT ON FUNCTION queue._can_read(text) IS 'Whether the caller may see the rows of a queue';
+
+CREATE FUNCTION queue._caller() RETURNS oid
+    LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_caller';
+COMMENT ON FUNCTION queue._caller() IS 'The role calling into the extension (outside SECURITY DEFINER)';
+
+CREATE FUNCTION queue._worker_offline_after() RETURNS int
+    LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_worker_offline_after_seconds';
+COMMENT ON FUNCTION queue._worker_offline_after() IS 'queue.worker_offline_after in seconds';
+
+-- Which events a queue's audit level keeps.
+CREATE FUNCTION queue._audit_keeps(audit text, kind text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE
+             WHEN kind IN ('paused', 'resumed', 'purged', 'breaker_open',
+                           'breaker_closed', 'queue_dropped') THEN true
+             WHEN audit = 'all' THEN true
+             WHEN audit = 'none' THEN false
+             ELSE kind NOT IN ('enqueued', 'claimed', 'completed', 'released')
+           END
+$$;
+
+-- Record an event unless the queue's audit level leaves it out.
+CREATE FUNCTION queue._event(p_queue text, p_item_id bigint, p_kind text,
+                             p_worker text DEFAULT NULL, p_attempt int DEFAULT NULL,
+                             p_details jsonb DEFAULT '{}')
+RETURNS void LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_audit text;
+BEGIN
+    SELECT c.audit INTO v_audit FROM queue.queue_config c WHERE c.queue_name = p_queue;
+    IF queue._audit_keeps(coalesce(v_audit, 'failures'), p_kind) THEN
+        INSERT INTO queue.events (queue_name, item_id, kind, worker, attempt, details)
+        VALUES (p_queue, p_item_id, p_kind, p_worker, p_attempt, coalesce(p_details, '{}'));
+    END IF;
+END
+$$;
+
+-- Raise an alert unless one of that kind is open; new alerts NOTIFY queue_alerts.
+CREATE FUNCTION queue._raise_alert(p_queue text, p_kind text, p_message text,
+                                   p_details jsonb DEFAULT '{}')
+RETURNS boolean LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_row queue.alerts;
+BEGIN
+    INSERT INTO queue.alerts (queue_name, kind, message, details)
+    VALUES (p_queue, p_kind, p_message, coalesce(p_details, '{}'))
+    ON CONFLICT (queue_name, kind) WHERE cleared_at IS NULL DO NOTHING
+    RETURNING * INTO v_row;
+    IF v_row.alert_id IS NULL THEN
+        RETURN false;
+    END IF;
+    PERFORM pg_notify('queue_alerts', row_to_json(v_row)::text);
+    RETURN true;
+END
+$$;
+
+CREATE FUNCTION queue._clear_alert(p_queue text, p_kind text)
+RETURNS boolean LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+BEGIN
+    UPDATE queue.alerts SET cleared_at = now()
+     WHERE queue_name = p_queue AND kind = p_kind AND cleared_at IS NULL;
+    RETURN FOUND;
+END
+$$;
+
+-- An interval the way people say it: '10 min', '1 h', '30 s'.
+CREATE FUNCTION queue._say_interval(p interval) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE
+             WHEN s >= 86400 AND s % 86400 = 0 THEN (s / 86400)::bigint || ' d'
+             WHEN s >= 3600 AND s % 3600 = 0 THEN (s / 3600)::bigint || ' h'
+             WHEN s >= 60 AND s % 60 = 0 THEN (s / 60)::bigint || ' min'
+             ELSE round(s, 1)::text || ' s'
+           END
+      FROM (SELECT extract(epoch FROM p) AS s) x
+$$;
+
+-- Move a live item to the dead letters.  p_error is the failure that
+-- killed it (NULL for expiry, cancel and a lost last lease).
+CREATE FUNCTION queue._bury(p_queue text, p_item_id bigint, p_reason text,
+                            p_error text, p_error_code text)
+RETURNS void LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    r queue.item_live;
+BEGIN
+    DELETE FROM queue.item_live
+     WHERE queue_name = p_queue AND item_id = p_item_id
+    RETURNING * INTO r;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+
+    IF p_reason IN ('permanent', 'max_attempts') THEN
+        r.errors := r.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', r.attempt, 'at', now(), 'worker', r.worker,
+            'error', p_error, 'error_code', p_error_code));
+        r.last_error := p_error;
+        r.error_code := p_error_code;
+    ELSIF p_reason = 'lease_expired' THEN
+        r.errors := r.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', r.attempt, 'at', r.lease_expires_at, 'worker', r.worker,
+            'error', 'lease expired', 'error_code', 'lease_expired'));
+        r.last_error := 'lease expired';
+        r.error_code := 'lease_expired';
+        INSERT INTO queue.failure_log (queue_name, item_id, attempt, worker, kind, error_code, error)
+        VALUES (p_queue, p_item_id, r.attempt, r.worker, 'lease_expired', 'lease_expired', 'lease expired');
+        PERFORM queue._event(p_queue, p_item_id, 'failed', r.worker, r.attempt,
+                             jsonb_build_object('error', 'lease expired', 'error_code', 'lease_expired'));
+    ELSIF p_reason = 'expired' THEN
+        r.last_error := coalesce(r.last_error, 'expired');
+    ELSIF p_reason = 'cancelled' THEN
+        r.last_error := coalesce(p_error, 'cancelled');
+    END IF;
+
+    INSERT INTO queue.dead_letters (queue_name, item_id, payload, progress, attempts, reason,
+                                    last_error, error_code, errors, dedup_key, correlation_id,
+                                    enqueued_at, priority, max_attempts, worker)
+    VALUES (p_queue, p_item_id, r.payload, r.progress, r.attempt, p_reason,
+            r.last_error, r.error_code, r.errors, r.dedup_key, r.correlation_id,
+            r.enqueued_at, r.base_priority, r.max_attempts, r.worker);
+
+    PERFORM queue._event(p_queue, p_item_id,
+                         CASE p_reason WHEN 'expired' THEN 'expired'
+                                       WHEN 'cancelled' THEN 'cancelled'
+                                       ELSE 'dead_lettered' END,
+                         r.worker, r.attempt,
+                         jsonb_build_object('reason', p_reason, 'error', r.last_error,
+                                            'error_code', r.error_code));
+    PERFORM queue._raise_alert(p_queue, 'dead_letters',
+                               format('queue %s has new dead letters', p_queue),
+                               jsonb_build_object('first_item_id', p_item_id, 'reason', p_reason));
+    IF p_reason = 'lease_expired' THEN
+        PERFORM queue._breaker_check(p_queue);
+    END IF;
+END
+$$;
+
+-- Leases that ran out and were claimed again by dequeue: each counts as a
+-- failed attempt of the previous holder.
+CREATE FUNCTION queue._leases_lost(p_queue text, p_item_ids bigint[])
+RETURNS void LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT i.item_id, i.attempt - 1 AS attempt, i.errors -> -1 ->> 'worker' AS worker
+          FROM queue.item_live i
+         WHERE i.queue_name = p_queue AND i.item_id = ANY (p_item_ids)
+    LOOP
+        INSERT INTO queue.failure_log (queue_name, item_id, attempt, worker, kind, error_code, error)
+        VALUES (p_queue, r.item_id, r.attempt, r.worker, 'lease_expired', 'lease_expired', 'lease expired');
+        PERFORM queue._event(p_queue, r.item_id, 'failed', r.worker, r.attempt,
+                             jsonb_build_object('error', 'lease expired', 'error_code', 'lease_expired'));
+        PERFORM queue._event(p_queue, r.item_id, 'recovered', r.worker, r.attempt,
+                             jsonb_build_object('reason', 'lease_expired'));
+    END LOOP;
+    PERFORM queue._breaker_check(p_queue);
+END
+$$;
+
+-- Circuit breaker: after a failure, trip when the failed fraction of the
+-- outcomes in breaker_window exceeds breaker_threshold with at least
+-- breaker_min_samples outcomes.
+CREATE FUNCTION queue._breaker_check(p_queue text)
+RETURNS boolean LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    c queue.queue_config;
+    v_from timestamptz;
+    v_failed bigint;
+    v_ok bigint;
+    v_total bigint;
+    v_top text;
+    v_top_n bigint;
+    v_reason text;
+BEGIN
+    SELECT * INTO c FROM queue.queue_config WHERE queue_name = p_queue;
+    IF NOT FOUND OR c.breaker_threshold IS NULL OR c.breaker_state <> 'closed' THEN
+        RETURN false;
+    END IF;
+    v_from := greatest(now() - c.breaker_window, c.breaker_since);
+    SELECT count(*) INTO v_failed FROM queue.failure_log f
+     WHERE f.queue_name = p_queue AND f.at > v_from AND f.kind <> 'offline';
+    IF v_failed = 0 THEN
+        RETURN false;
+    END IF;
+    SELECT count(*) INTO v_ok FROM queue.item_done d
+     WHERE d.queue_name = p_queue AND d.completed_at > v_from;
+    v_total := v_failed + v_ok;
+    IF v_total < c.breaker_min_samples OR v_failed::float8 / v_total <= c.breaker_threshold THEN
+        RETURN false;
+    END IF;
+
+    -- Trip: lock the queue's row and check it is still closed.
+    PERFORM 1 FROM queue.queue_config
+     WHERE queue_name = p_queue AND breaker_state = 'closed' FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    SELECT coalesce(f.error_code, f.error), count(*) INTO v_top, v_top_n
+      FROM queue.failure_log f
+     WHERE f.queue_name = p_queue AND f.at > v_from AND f.kind <> 'offline'
+     GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 1;
+    v_reason := format('circuit breaker: %s%% of %s outcomes failed in %s, mostly %s (%s%%)',
+                       round(100.0 * v_failed / v_total), v_total,
+                       queue._say_interval(c.breaker_window),
+                       v_top, round(100.0 * v_top_n / v_failed));
+    UPDATE queue.queue_config
+       SET paused = true, pause_reason = v_reason, paused_at = now(),
+           breaker_state = 'open', breaker_opened_at = now(),
+           probe_item_id = NULL, probe_expires_at = NULL
+     WHERE queue_name = p_queue;
+    PERFORM queue._event(p_queue, NULL, 'breaker_open', NULL, NULL,
+                         jsonb_build_object('reason', v_reason, 'failed', v_failed,
+                                            'outcomes', v_total, 'top_error', v_top));
+    PERFORM queue._event(p_queue, NULL, 'paused', NULL, NULL,
+                         jsonb_build_object('reason', v_reason, 'by', 'breaker'));
+    PERFORM queue._raise_alert(p_queue, 'breaker_open', v_reason,
+                               jsonb_build_object('failed', v_failed, 'outcomes', v_total,
+                                                  'top_error', v_top, 'top_share',
+                                                  round(1.0 * v_top_n / v_failed, 3)));
+    RETURN true;
+END
+$$;
+
+-- The half-open probe finished: success closes the breaker and resumes the
+-- queue, failure re-opens it for another cooldown.
+CREATE FUNCTION queue._breaker_probe_done(p_queue text, p_item_id bigint, p_success boolean)
+RETURNS void LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+BEGIN
+    IF p_success THEN
+        UPDATE queue.queue_config
+           SET paused = false, pause_reason = NULL, paused_at = NULL,
+               breaker_state = 'closed', breaker_opened_at = NULL, breaker_since = now(),
+               probe_item_id = NULL, probe_expires_at = NULL
+         WHERE queue_name = p_queue AND breaker_state = 'probing' AND probe_item_id = p_item_id;
+        IF FOUND THEN
+            PERFORM queue._event(p_queue, NULL, 'breaker_closed', NULL, NULL,
+                                 jsonb_build_object('probe_item_id', p_item_id));
+            PERFORM queue._event(p_queue, NULL, 'resumed', NULL, NULL,
+                                 jsonb_build_object('by', 'breaker'));
+            PERFORM queue._clear_alert(p_queue, 'breaker_open');
+        END IF;
+    ELSE
+        UPDATE queue.queue_config
+           SET breaker_state = 'open', breaker_opened_at = now(),
+               probe_item_id = NULL, probe_expires_at = NULL
+         WHERE queue_name = p_queue AND breaker_state = 'probing' AND probe_item_id = p_item_id;
+        IF FOUND THEN
+            PERFORM queue._event(p_queue, NULL, 'breaker_open', NULL, NULL,
+                                 jsonb_build_object('probe_item_id', p_item_id, 'reopened', true));
+        END IF;
+    END IF;
+END
+$$;

@@ -1,0 +1,311 @@
+-- ======================================================================
+-- Queues: create_queue, alter_queue, drop_queue, purge, the queues view
+-- ======================================================================
+
+-- Validate the settings of a queue (after defaults and alterations are
+-- applied).  One message per rule, naming the setting and the bad value.
+CREATE FUNCTION queue._check_settings(c queue.queue_config)
+RETURNS void LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+BEGIN
+    IF c.lease_timeout IS NULL OR c.max_attempts IS NULL OR c.backoff_base IS NULL
+       OR c.backoff_factor IS NULL OR c.backoff_max IS NULL OR c.backoff_jitter IS NULL
+       OR c.retention IS NULL OR c.notify IS NULL OR c.audit IS NULL
+       OR c.breaker_window IS NULL OR c.breaker_min_samples IS NULL OR c.breaker_cooldown IS NULL THEN
+        RAISE EXCEPTION 'queue settings must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  DETAIL = 'lease_timeout, max_attempts, backoff_*, retention, notify, audit and breaker_window/min_samples/cooldown always have a value.',
+                  HINT = 'Leave the argument out to get its default.';
+    END IF;
+    IF c.lease_timeout <= interval '0' THEN
+        RAISE EXCEPTION 'lease_timeout must be positive, not "%"', c.lease_timeout
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF c.max_attempts < 1 THEN
+        RAISE EXCEPTION 'max_attempts must be at least 1, not %', c.max_attempts
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF c.backoff_base < interval '0' THEN
+        RAISE EXCEPTION 'backoff_base must not be negative, not "%"', c.backoff_base
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF c.backoff_factor < 1 OR c.backoff_factor = 'NaN'::float8 OR c.backoff_factor = 'Infinity'::float8 THEN
+        RAISE EXCEPTION 'backoff_factor must be at least 1, not %', c.backoff_factor
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use 1 for a constant backoff, 2 or 3 for an exponential one.';
+    END IF;
+    IF c.backoff_max < interval '0' THEN
+        RAISE EXCEPTION 'backoff_max must not be negative, not "%"', c.backoff_max
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT (c.backoff_jitter >= 0 AND c.backoff_jitter <= 1) THEN
+        RAISE EXCEPTION 'backoff_jitter must be between 0 and 1, not %', c.backoff_jitter
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The jitter is a fraction: 0.1 spreads each backoff by +/- 10%.';
+    END IF;
+    IF c.item_ttl <= interval '0' THEN
+        RAISE EXCEPTION 'item_ttl must be positive, not "%"', c.item_ttl
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF c.dedup_window <= interval '0' THEN
+        RAISE EXCEPTION 'dedup_window must be positive, not "%"', c.dedup_window
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF c.priority_aging <= interval '0' THEN
+        RAISE EXCEPTION 'priority_aging must be positive, not "%"', c.priority_aging
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF c.max_in_flight < 1 THEN
+        RAISE EXCEPTION 'max_in_flight must be at least 1, not %', c.max_in_flight
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF c.retention < interval '0' THEN
+        RAISE EXCEPTION 'retention must not be negative, not "%"', c.retention
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF c.sla <= interval '0' THEN
+        RAISE EXCEPTION 'sla must be positive, not "%"', c.sla
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF c.audit NOT IN ('all', 'failures', 'none') THEN
+        RAISE EXCEPTION 'invalid audit level "%"', c.audit
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Valid levels are ''all'', ''failures'' and ''none''.';
+    END IF;
+    IF NOT (c.breaker_threshold > 0 AND c.breaker_threshold < 1) THEN
+        RAISE EXCEPTION 'breaker_threshold must be between 0 and 1 (exclusive), not %', c.breaker_threshold
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'It is the failed fraction that trips the breaker: 0.5 trips when more than half the outcomes fail.';
+    END IF;
+    IF c.breaker_window <= interval '0' THEN
+        RAISE EXCEPTION 'breaker_window must be positive, not "%"', c.breaker_window
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF c.breaker_min_samples < 1 THEN
+        RAISE EXCEPTION 'breaker_min_samples must be at least 1, not %', c.breaker_min_samples
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF c.breaker_cooldown <= interval '0' THEN
+        RAISE EXCEPTION 'breaker_cooldown must be positive, not "%"', c.breaker_cooldown
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;
+
+CREATE FUNCTION queue.create_queue(
+    queue_name          text,
+    lease_timeout       interval DEFAULT '5 min',
+    max_attempts        int      DEFAULT 5,
+    backoff_base        interval DEFAULT '5 s',
+    backoff_factor      float8   DEFAULT 3,
+    backoff_max         interval DEFAULT '1 h',
+    backoff_jitter      float8   DEFAULT 0.1,
+    item_ttl            interval DEFAULT NULL,
+    dedup_window        interval DEFAULT NULL,
+    priority_aging      interval DEFAULT NULL,
+    max_in_flight       int      DEFAULT NULL,
+    retention           interval DEFAULT '7 days',
+    sla                 interval DEFAULT NULL,
+    notify              boolean  DEFAULT true,
+    audit               text     DEFAULT 'failures',
+    breaker_threshold   float8   DEFAULT NULL,
+    breaker_window      interval DEFAULT '10 min',
+    breaker_min_samples int      DEFAULT 20,
+    breaker_cooldown    interval DEFAULT '5 min',
+    if_not_exists       boolean  DEFAULT false)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    c queue.queue_config;
+BEGIN
+    c.queue_name := queue._check_name(create_queue.queue_name);
+    c.lease_timeout := create_queue.lease_timeout;
+    c.max_attempts := create_queue.max_attempts;
+    c.backoff_base := create_queue.backoff_base;
+    c.backoff_factor := create_queue.backoff_factor;
+    c.backoff_max := create_queue.backoff_max;
+    c.backoff_jitter := create_queue.backoff_jitter;
+    c.item_ttl := create_queue.item_ttl;
+    c.dedup_window := create_queue.dedup_window;
+    c.priority_aging := create_queue.priority_aging;
+    c.max_in_flight := create_queue.max_in_flight;
+    c.retention := create_queue.retention;
+    c.sla := create_queue.sla;
+    c.notify := create_queue.notify;
+    c.audit := create_queue.audit;
+    c.breaker_threshold := create_queue.breaker_threshold;
+    c.breaker_window := create_queue.breaker_window;
+    c.breaker_min_samples := create_queue.breaker_min_samples;
+    c.breaker_cooldown := create_queue.breaker_cooldown;
+    PERFORM queue._check_settings(c);
+
+    INSERT INTO queue.queue_config AS q
+           (queue_name, lease_timeout, max_attempts, backoff_base, backoff_factor, backoff_max,
+            backoff_jitter, item_ttl, dedup_window, priority_aging, max_in_flight, retention, sla,
+            notify, audit, breaker_threshold, breaker_window, breaker_min_samples, breaker_cooldown)
+    VALUES (c.queue_name, c.lease_timeout, c.max_attempts, c.backoff_base, c.backoff_factor,
+            c.backoff_max, c.backoff_jitter, c.item_ttl, c.dedup_window, c.priority_aging,
+            c.max_in_flight, c.retention, c.sla, c.notify, c.audit, c.breaker_threshold,
+            c.breaker_window, c.breaker_min_samples, c.breaker_cooldown)
+    ON CONFLICT ON CONSTRAINT queue_config_pkey DO NOTHING;
+    IF NOT FOUND AND NOT coalesce(create_queue.if_not_exists, false) THEN
+        RAISE EXCEPTION 'queue "%" already exists', c.queue_name
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Pass if_not_exists => true to accept an existing queue, or change it with queue.alter_queue().';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION queue.create_queue(text, interval, int, interval, float8, interval, float8, interval, interval, interval, int, interval, interval, boolean, text, float8, interval, int, interval, boolean)
+    IS 'Creates a queue with its lease, retry, retention, audit and breaker settings';
+
+CREATE FUNCTION queue.alter_queue(
+    queue_name          text,
+    lease_timeout       interval DEFAULT NULL,
+    max_attempts        int      DEFAULT NULL,
+    backoff_base        interval DEFAULT NULL,
+    backoff_factor      float8   DEFAULT NULL,
+    backoff_max         interval DEFAULT NULL,
+    backoff_jitter      float8   DEFAULT NULL,
+    item_ttl            interval DEFAULT NULL,
+    dedup_window        interval DEFAULT NULL,
+    priority_aging      interval DEFAULT NULL,
+    max_in_flight       int      DEFAULT NULL,
+    retention           interval DEFAULT NULL,
+    sla                 interval DEFAULT NULL,
+    notify              boolean  DEFAULT NULL,
+    audit               text     DEFAULT NULL,
+    breaker_threshold   float8   DEFAULT NULL,
+    breaker_window      interval DEFAULT NULL,
+    breaker_min_samples int      DEFAULT NULL,
+    breaker_cooldown    interval DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    c queue.queue_config;
+    v_name text := queue._check_name(alter_queue.queue_name);
+BEGIN
+    SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = v_name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'queue "%" does not exist', v_name
+            USING ERRCODE = 'undefined_object',
+                  HINT = format('Create it with queue.create_queue(%L).', v_name);
+    END IF;
+    c.lease_timeout := coalesce(alter_queue.lease_timeout, c.lease_timeout);
+    c.max_attempts := coalesce(alter_queue.max_attempts, c.max_attempts);
+    c.backoff_base := coalesce(alter_queue.backoff_base, c.backoff_base);
+    c.backoff_factor := coalesce(alter_queue.backoff_factor, c.backoff_factor);
+    c.backoff_max := coalesce(alter_queue.backoff_max, c.backoff_max);
+    c.backoff_jitter := coalesce(alter_queue.backoff_jitter, c.backoff_jitter);
+    -- optional settings: a zero value switches them off
+    c.item_ttl := nullif(coalesce(alter_queue.item_ttl, c.item_ttl), interval '0');
+    c.dedup_window := nullif(coalesce(alter_queue.dedup_window, c.dedup_window), interval '0');
+    c.priority_aging := nullif(coalesce(alter_queue.priority_aging, c.priority_aging), interval '0');
+    c.max_in_flight := nullif(coalesce(alter_queue.max_in_flight, c.max_in_flight), 0);
+    c.sla := nullif(coalesce(alter_queue.sla, c.sla), interval '0');
+    c.breaker_threshold := nullif(coalesce(alter_queue.breaker_threshold, c.breaker_threshold), 0);
+    c.retention := coalesce(alter_queue.retention, c.retention);
+    c.notify := coalesce(alter_queue.notify, c.notify);
+    c.audit := coalesce(alter_queue.audit, c.audit);
+    c.breaker_window := coalesce(alter_queue.breaker_window, c.breaker_window);
+    c.breaker_min_samples := coalesce(alter_queue.breaker_min_samples, c.breaker_min_samples);
+    c.breaker_cooldown := coalesce(alter_queue.breaker_cooldown, c.breaker_cooldown);
+    PERFORM queue._check_settings(c);
+
+    UPDATE queue.queue_config q
+       SET lease_timeout = c.lease_timeout, max_attempts = c.max_attempts,
+           backoff_base = c.backoff_base, backoff_factor = c.backoff_factor,
+           backoff_max = c.backoff_max, backoff_jitter = c.backoff_jitter,
+           item_ttl = c.item_ttl, dedup_window = c.dedup_window,
+           priority_aging = c.priority_aging, max_in_flight = c.max_in_flight,
+           retention = c.retention, sla = c.sla, notify = c.notify, audit = c.audit,
+           breaker_threshold = c.breaker_threshold, breaker_window = c.breaker_window,
+           breaker_min_samples = c.breaker_min_samples, breaker_cooldown = c.breaker_cooldown
+     WHERE q.queue_name = v_name;
+    -- a queue without a breaker cannot stay paused by one
+    IF c.breaker_threshold IS NULL AND c.breaker_state <> 'closed' THEN
+        PERFORM queue.resume(v_name);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION queue.alter_queue(text, interval, int, interval, float8, interval, float8, interval, interval, interval, int, interval, interval, boolean, text, float8, interval, int, interval)
+    IS 'Changes queue settings; NULL leaves a setting unchanged, zero switches an optional one off';
+
+CREATE FUNCTION queue.drop_queue(queue_name text, force boolean DEFAULT false)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text := queue._check_name(drop_queue.queue_name);
+    v_live bigint;
+    v_counts jsonb;
+BEGIN
+    PERFORM 1 FROM queue.queue_config q WHERE q.queue_name = v_name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'queue "%" does not exist', v_name
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    SELECT count(*) INTO v_live FROM queue.item_live i WHERE i.queue_name = v_name;
+    IF v_live > 0 AND NOT coalesce(drop_queue.force, false) THEN
+        RAISE EXCEPTION 'queue "%" has % live items', v_name, v_live
+            USING ERRCODE = 'object_in_use',
+                  DETAIL = 'Queued, scheduled, on-hold and processing items would be lost.',
+                  HINT = 'Let the items finish, purge them, or pass force => true.';
+    END IF;
+
+    WITH l AS (DELETE FROM queue.item_live i WHERE i.queue_name = v_name RETURNING 1),
+         h AS (DELETE FROM queue.item_done d WHERE d.queue_name = v_name RETURNING 1),
+         x AS (DELETE FROM queue.dead_letters d WHERE d.queue_name = v_name RETURNING 1),
+         e AS (DELETE FROM queue.events e WHERE e.queue_name = v_name RETURNING 1)
+    SELECT jsonb_build_object('live', (SELECT count(*) FROM l), 'history', (SELECT count(*) FROM h),
+                              'dead_letters', (SELECT count(*) FROM x), 'events', (SELECT count(*) FROM e))
+      INTO v_counts;
+    DELETE FROM queue.dedup_done d WHERE d.queue_name = v_name;
+    DELETE FROM queue.failure_log f WHERE f.queue_name = v_name;
+    DELETE FROM queue.alerts a WHERE a.queue_name = v_name;
+    DELETE FROM queue.metrics_history m WHERE m.queue_name = v_name;
+    DELETE FROM queue.queue_grant g WHERE g.queue_name = v_name;
+    DELETE FROM queue.queue_config q WHERE q.queue_name = v_name;
+    INSERT INTO queue.events (queue_name, kind, details)
+    VALUES (v_name, 'queue_dropped', v_counts || jsonb_build_object('force', coalesce(drop_queue.force, false)));
+END
+$$;
+COMMENT ON FUNCTION queue.drop_queue(text, boolean)
+    IS 'Drops a queue; refuses while it has live items unless force, which removes its history, dead letters and events too';
+
+CREATE FUNCTION queue.purge(queue_name text)
+RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text := queue._check_name(purge.queue_name);
+    v_n bigint;
+BEGIN
+    PERFORM queue._check_access(v_name, 'reader');
+    -- everything not under a current lease: queued, scheduled, on hold
+    WITH d AS (
+        DELETE FROM queue.item_live i
+         WHERE i.queue_name = v_name
+           AND NOT (i.lease_token IS NOT NULL AND i.lease_expires_at > now())
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    PERFORM queue._event(v_name, NULL, 'purged', NULL, NULL, jsonb_build_object('items', v_n));
+    RETURN v_n;
+END
+$$;
+COMMENT ON FUNCTION queue.purge(text)
+    IS 'Deletes the queued, scheduled and on-hold items of a queue (not processing ones); returns how many';
+
+CREATE VIEW queue.queues WITH (security_barrier) AS
+SELECT c.queue_name, c.lease_timeout, c.max_attempts, c.backoff_base, c.backoff_factor,
+       c.backoff_max, c.backoff_jitter, c.item_ttl, c.dedup_window, c.priority_aging,
+       c.max_in_flight, c.retention, c.sla, c.notify, c.audit, c.breaker_threshold,
+       c.breaker_window, c.breaker_min_samples, c.breaker_cooldown,
+       c.paused, c.pause_reason, c.paused_at,
+       CASE c.breaker_state WHEN 'probing' THEN 'half_open' ELSE c.breaker_state END AS breaker_state,
+       c.created_at
+  FROM queue.queue_config c
+ WHERE queue._can_read(c.queue_name);
+COMMENT ON VIEW queue.queues IS 'Every queue the caller may read, with its settings and pause state';

@@ -1,0 +1,254 @@
+-- ======================================================================
+-- Items: producing, consuming (C hot path), operator actions, views
+-- ======================================================================
+
+CREATE FUNCTION queue.enqueue(
+    queue_name     text,
+    payload        jsonb,
+    priority       int         DEFAULT 2,
+    run_at         timestamptz DEFAULT now(),
+    dedup_key      text        DEFAULT NULL,
+    expires_at     timestamptz DEFAULT NULL,
+    max_attempts   int         DEFAULT NULL,
+    correlation_id text        DEFAULT NULL)
+RETURNS bigint LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'queue_enqueue';
+COMMENT ON FUNCTION queue.enqueue(text, jsonb, int, timestamptz, text, timestamptz, int, text)
+    IS 'Adds an item; with a dedup_key held by a live item returns that item''s id instead';
+
+CREATE FUNCTION queue.enqueue_batch(
+    queue_name   text,
+    payloads     jsonb[],
+    priority     int         DEFAULT 2,
+    run_at       timestamptz DEFAULT now(),
+    dedup_keys   text[]      DEFAULT NULL,
+    expires_at   timestamptz DEFAULT NULL,
+    max_attempts int         DEFAULT NULL)
+RETURNS SETOF bigint LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'queue_enqueue_batch';
+COMMENT ON FUNCTION queue.enqueue_batch(text, jsonb[], int, timestamptz, text[], timestamptz, int)
+    IS 'Adds many items in one call; returns their ids in input order';
+
+CREATE FUNCTION queue.dequeue(
+    queue_name    text,
+    worker        text,
+    batch_size    int      DEFAULT 1,
+    lease_timeout interval DEFAULT NULL)
+RETURNS TABLE (item_id bigint, lease_token bigint, payload jsonb, progress jsonb,
+               attempt int, max_attempts int, priority int, enqueued_at timestamptz,
+               lease_expires_at timestamptz, dedup_key text, correlation_id text)
+LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER ROWS 1
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'queue_dequeue';
+COMMENT ON FUNCTION queue.dequeue(text, text, int, interval)
+    IS 'Claims up to batch_size items under a lease with a fencing token';
+
+CREATE FUNCTION queue.complete(queue_name text, item_id bigint, lease_token bigint,
+                               result jsonb DEFAULT NULL)
+RETURNS boolean LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'queue_complete';
+COMMENT ON FUNCTION queue.complete(text, bigint, bigint, jsonb)
+    IS 'Moves a leased item to the history; false if the lease is not current';
+
+CREATE FUNCTION queue.complete_batch(queue_name text, item_ids bigint[], lease_tokens bigint[],
+                                     result jsonb DEFAULT NULL)
+RETURNS int LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'queue_complete_batch';
+COMMENT ON FUNCTION queue.complete_batch(text, bigint[], bigint[], jsonb)
+    IS 'Completes the items whose lease tokens are current; returns how many';
+
+CREATE FUNCTION queue.fail(queue_name text, item_id bigint, lease_token bigint, error text,
+                           error_code text DEFAULT NULL, permanent boolean DEFAULT false,
+                           retry_in interval DEFAULT NULL)
+RETURNS text LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'queue_fail';
+COMMENT ON FUNCTION queue.fail(text, bigint, bigint, text, text, boolean, interval)
+    IS 'Reports a failed attempt: ''retrying'' (backoff) or ''dead'' (dead letter); NULL if the lease is not current';
+
+CREATE FUNCTION queue.release(queue_name text, item_id bigint, lease_token bigint,
+                              run_at timestamptz DEFAULT now())
+RETURNS boolean LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'queue_release';
+COMMENT ON FUNCTION queue.release(text, bigint, bigint, timestamptz)
+    IS 'Gives a leased item back without counting the attempt';
+
+CREATE FUNCTION queue.extend_lease(queue_name text, item_id bigint, lease_token bigint,
+                                   extend_by interval DEFAULT NULL)
+RETURNS timestamptz LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'queue_extend_lease';
+COMMENT ON FUNCTION queue.extend_lease(text, bigint, bigint, interval)
+    IS 'Moves the lease''s expiry to now() + extend_by; NULL if the lease is lost';
+
+CREATE FUNCTION queue.checkpoint(queue_name text, item_id bigint, lease_token bigint,
+                                 progress jsonb)
+RETURNS boolean LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'queue_checkpoint';
+COMMENT ON FUNCTION queue.checkpoint(text, bigint, bigint, jsonb)
+    IS 'Merges progress into the item; it survives retries, dead-lettering and replay';
+
+-- Operator actions --------------------------------------------------------
+
+CREATE FUNCTION queue.hold(queue_name text, item_id bigint, reason text DEFAULT NULL)
+RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text := queue._check_name(hold.queue_name);
+BEGIN
+    IF hold.item_id IS NULL THEN
+        RAISE EXCEPTION 'item_id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM queue._check_access(v_name, 'reader');
+    UPDATE queue.item_live i
+       SET on_hold = true, hold_reason = hold.reason, visible_at = 'infinity',
+           lease_token = NULL, lease_expires_at = NULL, worker = NULL
+     WHERE i.queue_name = v_name AND i.item_id = hold.item_id AND NOT i.on_hold
+       AND NOT (i.lease_token IS NOT NULL AND i.lease_expires_at > now());
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM queue._event(v_name, hold.item_id, 'held', NULL, NULL,
+                         jsonb_build_object('reason', hold.reason));
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION queue.hold(text, bigint, text) IS 'Puts a queued item on hold; false for other states';
+
+CREATE FUNCTION queue.unhold(queue_name text, item_id bigint)
+RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text := queue._check_name(unhold.queue_name);
+BEGIN
+    IF unhold.item_id IS NULL THEN
+        RAISE EXCEPTION 'item_id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM queue._check_access(v_name, 'reader');
+    UPDATE queue.item_live i
+       SET on_hold = false, hold_reason = NULL,
+           visible_at = greatest(i.run_at, now()), run_at = greatest(i.run_at, now())
+     WHERE i.queue_name = v_name AND i.item_id = unhold.item_id AND i.on_hold;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM queue._event(v_name, unhold.item_id, 'unheld');
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION queue.unhold(text, bigint) IS 'Returns an on-hold item to the queue; false for other states';
+
+CREATE FUNCTION queue.cancel(queue_name text, item_id bigint, reason text DEFAULT NULL)
+RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text := queue._check_name(cancel.queue_name);
+BEGIN
+    IF cancel.item_id IS NULL THEN
+        RAISE EXCEPTION 'item_id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM queue._check_access(v_name, 'reader');
+    PERFORM 1 FROM queue.item_live i
+     WHERE i.queue_name = v_name AND i.item_id = cancel.item_id
+       AND NOT (i.lease_token IS NOT NULL AND i.lease_expires_at > now())
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM queue._bury(v_name, cancel.item_id, 'cancelled', cancel.reason, NULL);
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION queue.cancel(text, bigint, text)
+    IS 'Makes a queued or on-hold item a dead letter with reason cancelled; false for other states';
+
+-- Views -------------------------------------------------------------------
+
+-- The state of a live row, by the rules of the claim index.
+CREATE FUNCTION queue._live_state(on_hold boolean, lease_token bigint,
+                                  lease_expires_at timestamptz, visible_at timestamptz)
+RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT CASE
+             WHEN on_hold THEN 'on_hold'
+             WHEN lease_token IS NOT NULL AND lease_expires_at > now() THEN 'processing'
+             WHEN visible_at > now() THEN 'scheduled'
+             ELSE 'queued'
+           END
+$$;
+
+CREATE VIEW queue.items WITH (security_barrier) AS
+SELECT i.queue_name, i.item_id,
+       queue._live_state(i.on_hold, i.lease_token, i.lease_expires_at, i.visible_at) AS state,
+       i.base_priority AS priority, i.attempt, i.max_attempts, i.run_at, i.enqueued_at,
+       CASE WHEN i.lease_token IS NOT NULL THEN i.lease_expires_at END AS lease_expires_at,
+       i.worker, i.dedup_key, i.correlation_id, i.last_error, i.payload, i.progress,
+       i.priority AS effective_priority, i.expires_at, i.error_code, i.hold_reason, i.claimed_at
+  FROM queue.item_live i
+ WHERE queue._can_read(i.queue_name);
+COMMENT ON VIEW queue.items IS 'Live items: queued, scheduled, processing or on hold';
+
+CREATE VIEW queue.history WITH (security_barrier) AS
+SELECT d.queue_name, d.item_id, d.payload, d.result, d.attempts, d.worker, d.enqueued_at,
+       d.claimed_at, d.completed_at, d.dedup_key, d.correlation_id, d.progress
+  FROM queue.item_done d
+ WHERE queue._can_read(d.queue_name);
+COMMENT ON VIEW queue.history IS 'Processed items, kept for the queue''s retention';
+
+CREATE FUNCTION queue.item(queue_name text, item_id bigint)
+RETURNS TABLE (state text, priority int, attempt int,
+               max_attempts int, payload jsonb, progress jsonb, result jsonb, worker text,
+               enqueued_at timestamptz, run_at timestamptz, lease_expires_at timestamptz,
+               finished_at timestamptz, last_error text, error_code text, reason text,
+               dedup_key text, correlation_id text, replayed_as bigint)
+LANGUAGE plpgsql STABLE PARALLEL SAFE SECURITY DEFINER ROWS 1
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text := queue._check_name(item.queue_name);
+BEGIN
+    IF item.item_id IS NULL THEN
+        RAISE EXCEPTION 'item_id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM queue._check_access(v_name, 'reader');
+    RETURN QUERY
+    SELECT queue._live_state(i.on_hold, i.lease_token, i.lease_expires_at, i.visible_at),
+           i.base_priority, i.attempt, i.max_attempts, i.payload,
+           i.progress, NULL::jsonb, i.worker, i.enqueued_at, i.run_at,
+           CASE WHEN i.lease_token IS NOT NULL THEN i.lease_expires_at END,
+           NULL::timestamptz, i.last_error, i.error_code, NULL::text, i.dedup_key,
+           i.correlation_id, NULL::bigint
+      FROM queue.item_live i
+     WHERE i.queue_name = v_name AND i.item_id = item.item_id;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT 'processed'::text, NULL::int, d.attempts, NULL::int,
+           d.payload, d.progress, d.result, d.worker, d.enqueued_at, NULL::timestamptz,
+           NULL::timestamptz, d.completed_at, NULL::text, NULL::text, NULL::text,
+           d.dedup_key, d.correlation_id, NULL::bigint
+      FROM queue.item_done d
+     WHERE d.queue_name = v_name AND d.item_id = item.item_id;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT 'dead'::text, x.priority, x.attempts, x.max_attempts,
+           x.payload, x.progress, NULL::jsonb, x.worker, x.enqueued_at, NULL::timestamptz,
+           NULL::timestamptz, x.dead_at, x.last_error, x.error_code, x.reason,
+           x.dedup_key, x.correlation_id, x.replayed_as
+      FROM queue.dead_letters x
+     WHERE x.queue_name = v_name AND x.item_id = item.item_id;
+END
+$$;
+COMMENT ON FUNCTION queue.item(text, bigint)
+    IS 'One item wherever it is now: a live state, processed, or dead; no row if unknown or purged';

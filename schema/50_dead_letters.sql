@@ -1,0 +1,120 @@
+-- ======================================================================
+-- Dead letters: replay, replay_all, review
+-- ======================================================================
+
+CREATE FUNCTION queue.replay(queue_name text, item_id bigint, payload jsonb DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text := queue._check_name(replay.queue_name);
+    x queue.dead_letters;
+    c queue.queue_config;
+    v_payload jsonb;
+    v_new bigint;
+BEGIN
+    IF replay.item_id IS NULL THEN
+        RAISE EXCEPTION 'item_id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM queue._check_access(v_name, 'reader');
+    SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = v_name;
+    SELECT * INTO x FROM queue.dead_letters d
+     WHERE d.queue_name = v_name AND d.item_id = replay.item_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF x.replayed_as IS NOT NULL THEN
+        RAISE EXCEPTION 'dead letter % of queue "%" was already replayed as item %',
+                        x.item_id, v_name, x.replayed_as
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = format('Follow item %s instead.', x.replayed_as);
+    END IF;
+    v_payload := coalesce(replay.payload, x.payload);
+    PERFORM queue._check_payload(v_payload);
+
+    INSERT INTO queue.item_live AS i (queue_name, priority, visible_at, base_priority, run_at,
+                                      max_attempts, expires_at, dedup_key, correlation_id,
+                                      payload, progress)
+    VALUES (v_name, x.priority, now(), x.priority, now(),
+            coalesce(x.max_attempts, c.max_attempts), now() + c.item_ttl,
+            x.dedup_key, x.correlation_id, v_payload, x.progress)
+    ON CONFLICT (queue_name, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+    RETURNING i.item_id INTO v_new;
+    IF v_new IS NULL THEN
+        -- the key is held by a live item: that item stands for the replay
+        SELECT i.item_id INTO v_new FROM queue.item_live i
+         WHERE i.queue_name = v_name AND i.dedup_key = x.dedup_key;
+    ELSIF c.notify THEN
+        PERFORM pg_notify('queue_' || v_name, '');
+    END IF;
+
+    UPDATE queue.dead_letters d
+       SET review_status = 'resolved', replayed_as = v_new, reviewed_at = now()
+     WHERE d.queue_name = v_name AND d.item_id = x.item_id;
+    PERFORM queue._event(v_name, x.item_id, 'replayed', NULL, NULL,
+                         jsonb_build_object('replayed_as', v_new,
+                                            'payload_changed', replay.payload IS NOT NULL));
+    RETURN v_new;
+END
+$$;
+COMMENT ON FUNCTION queue.replay(text, bigint, jsonb)
+    IS 'Re-enqueues a dead letter with attempts reset and its progress kept; returns the new item id';
+
+CREATE FUNCTION queue.replay_all(queue_name text, error_code text DEFAULT NULL,
+                                 since timestamptz DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text := queue._check_name(replay_all.queue_name);
+    v_id bigint;
+    v_n bigint := 0;
+BEGIN
+    PERFORM queue._check_access(v_name, 'reader');
+    FOR v_id IN
+        SELECT d.item_id FROM queue.dead_letters d
+         WHERE d.queue_name = v_name
+           AND d.review_status IN ('new', 'in_review')
+           AND d.replayed_as IS NULL
+           AND (replay_all.error_code IS NULL OR d.error_code = replay_all.error_code)
+           AND (replay_all.since IS NULL OR d.dead_at >= replay_all.since)
+         ORDER BY d.dead_at, d.item_id
+    LOOP
+        PERFORM queue.replay(v_name, v_id);
+        v_n := v_n + 1;
+    END LOOP;
+    RETURN v_n;
+END
+$$;
+COMMENT ON FUNCTION queue.replay_all(text, text, timestamptz)
+    IS 'Replays every dead letter still new or in review, optionally of one error_code or dead since a time';
+
+CREATE FUNCTION queue.review(queue_name text, item_id bigint, review_status text,
+                             note text DEFAULT NULL)
+RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text := queue._check_name(review.queue_name);
+BEGIN
+    IF review.item_id IS NULL OR review.review_status IS NULL THEN
+        RAISE EXCEPTION '% must not be null',
+                        CASE WHEN review.item_id IS NULL THEN 'item_id' ELSE 'review_status' END
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF review.review_status NOT IN ('new', 'in_review', 'resolved', 'rejected') THEN
+        RAISE EXCEPTION 'invalid review_status "%"', review.review_status
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Valid statuses are ''new'', ''in_review'', ''resolved'' and ''rejected''.';
+    END IF;
+    PERFORM queue._check_access(v_name, 'reader');
+    UPDATE queue.dead_letters d
+       SET review_status = review.review_status,
+           review_note = coalesce(review.note, d.review_note),
+           reviewed_at = now()
+     WHERE d.queue_name = v_name AND d.item_id = review.item_id;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION queue.review(text, bigint, text, text)
+    IS 'Sets a dead letter''s review status (new, in_review, resolved, rejected); false if unknown';

@@ -1,0 +1,659 @@
+/*-------------------------------------------------------------------------
+ *
+ * ack.c
+ *		What a bot reports about a leased item: complete(), complete_batch(),
+ *		fail(), release(), extend_lease() and checkpoint().
+ *
+ * Every statement here names the item by (queue_name, item_id) and the
+ * caller's lease_token, so a bot whose lease was taken over (the item
+ * re-claimed under a new token) or ended (released, failed, buried)
+ * matches no row: the call returns false or NULL and changes nothing.
+ * That is the whole fencing rule, enforced by the row lock each UPDATE or
+ * DELETE takes on the item.
+ *
+ * complete() moves the row to item_done in one DELETE ... RETURNING feeding
+ * an INSERT.  fail() decides between a retry with backoff and a dead
+ * letter; dead-lettering and breaker bookkeeping are SQL functions
+ * (queue._bury, queue._breaker_*), off the common path.
+ *
+ * src/ack.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "catalog/pg_type.h"
+#include "common/pg_prng.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+#include "queue.h"
+
+PG_FUNCTION_INFO_V1(queue_complete);
+PG_FUNCTION_INFO_V1(queue_complete_batch);
+PG_FUNCTION_INFO_V1(queue_fail);
+PG_FUNCTION_INFO_V1(queue_release);
+PG_FUNCTION_INFO_V1(queue_extend_lease);
+PG_FUNCTION_INFO_V1(queue_checkpoint);
+
+static SPIPlanPtr complete_plan = NULL;
+static SPIPlanPtr complete_batch_plan = NULL;
+static SPIPlanPtr dedup_done_plan = NULL;
+static SPIPlanPtr dedup_done_batch_plan = NULL;
+static SPIPlanPtr completed_events_plan = NULL;
+static SPIPlanPtr probe_done_plan = NULL;
+static SPIPlanPtr fail_lock_plan = NULL;
+static SPIPlanPtr failure_log_plan = NULL;
+static SPIPlanPtr retry_plan = NULL;
+static SPIPlanPtr bury_plan = NULL;
+static SPIPlanPtr breaker_plan = NULL;
+static SPIPlanPtr release_plan = NULL;
+static SPIPlanPtr probe_back_plan = NULL;
+static SPIPlanPtr extend_plan = NULL;
+static SPIPlanPtr checkpoint_plan = NULL;
+
+#define COMPLETE_SQL \
+	"WITH d AS (DELETE FROM queue.item_live " \
+	"            WHERE queue_name = $1 AND item_id = $2 " \
+	"              AND lease_token = $3 " \
+	"           RETURNING *) " \
+	"INSERT INTO queue.item_done (queue_name, item_id, payload, result, attempts, worker, " \
+	"       enqueued_at, claimed_at, completed_at, dedup_key, correlation_id, progress) " \
+	"SELECT queue_name, item_id, payload, $4, attempt, worker, enqueued_at, claimed_at, " \
+	"       pg_catalog.now(), dedup_key, correlation_id, progress FROM d " \
+	"RETURNING item_id, dedup_key, attempts, worker"
+
+#define COMPLETE_BATCH_SQL \
+	"WITH d AS (DELETE FROM queue.item_live i " \
+	"            USING unnest($2::bigint[], $3::bigint[]) AS u(id, tok) " \
+	"            WHERE i.queue_name = $1 AND i.item_id = u.id " \
+	"              AND i.lease_token = u.tok " \
+	"           RETURNING i.*) " \
+	"INSERT INTO queue.item_done (queue_name, item_id, payload, result, attempts, worker, " \
+	"       enqueued_at, claimed_at, completed_at, dedup_key, correlation_id, progress) " \
+	"SELECT queue_name, item_id, payload, $4, attempt, worker, enqueued_at, claimed_at, " \
+	"       pg_catalog.now(), dedup_key, correlation_id, progress FROM d " \
+	"RETURNING item_id, dedup_key, attempts, worker"
+
+#define DEDUP_DONE_SQL \
+	"INSERT INTO queue.dedup_done (queue_name, dedup_key, item_id, completed_at) " \
+	"VALUES ($1, $2, $3, pg_catalog.now()) " \
+	"ON CONFLICT (queue_name, dedup_key) DO UPDATE " \
+	"   SET item_id = EXCLUDED.item_id, completed_at = EXCLUDED.completed_at"
+
+#define DEDUP_DONE_BATCH_SQL \
+	"INSERT INTO queue.dedup_done (queue_name, dedup_key, item_id, completed_at) " \
+	"SELECT $1, u.k, u.i, pg_catalog.now() " \
+	"  FROM unnest($2::text[], $3::bigint[]) AS u(k, i) WHERE u.k IS NOT NULL " \
+	"ON CONFLICT (queue_name, dedup_key) DO UPDATE " \
+	"   SET item_id = EXCLUDED.item_id, completed_at = EXCLUDED.completed_at"
+
+#define COMPLETED_EVENTS_SQL \
+	"INSERT INTO queue.events (queue_name, item_id, kind, worker, attempt) " \
+	"SELECT $1, u.i, 'completed', u.w, u.a " \
+	"  FROM unnest($2::bigint[], $3::text[], $4::int[]) AS u(i, w, a)"
+
+#define PROBE_DONE_SQL \
+	"SELECT queue._breaker_probe_done($1, $2, $3)"
+
+#define FAIL_LOCK_SQL \
+	"SELECT attempt, max_attempts, worker FROM queue.item_live " \
+	" WHERE queue_name = $1 AND item_id = $2 " \
+	"   AND lease_token = $3 FOR UPDATE"
+
+#define FAILURE_LOG_SQL \
+	"INSERT INTO queue.failure_log (queue_name, item_id, attempt, worker, kind, error_code, error) " \
+	"VALUES ($1, $2, $3, $4, $5, $6, $7)"
+
+#define RETRY_SQL \
+	"UPDATE queue.item_live " \
+	"   SET lease_token = NULL, lease_expires_at = NULL, worker = NULL, " \
+	"       visible_at = pg_catalog.now() + pg_catalog.make_interval(secs => $3), " \
+	"       run_at = pg_catalog.now() + pg_catalog.make_interval(secs => $3), " \
+	"       priority = base_priority, last_error = $4, error_code = $5, " \
+	"       errors = errors || pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(" \
+	"         'attempt', attempt, 'at', pg_catalog.now(), 'worker', worker, " \
+	"         'error', $4, 'error_code', $5)) " \
+	" WHERE queue_name = $1 AND item_id = $2 " \
+	"RETURNING run_at"
+
+#define BURY_SQL \
+	"SELECT queue._bury($1, $2, $3, $4, $5)"
+
+#define BREAKER_SQL \
+	"SELECT queue._breaker_check($1)"
+
+#define RELEASE_SQL \
+	"UPDATE queue.item_live " \
+	"   SET lease_token = NULL, lease_expires_at = NULL, worker = NULL, " \
+	"       attempt = greatest(attempt - 1, 0), " \
+	"       visible_at = greatest($4, pg_catalog.now()), run_at = $4, " \
+	"       priority = base_priority " \
+	" WHERE queue_name = $1 AND item_id = $2 " \
+	"   AND lease_token = $3 " \
+	"RETURNING attempt"
+
+#define PROBE_BACK_SQL \
+	"UPDATE queue.queue_config SET breaker_state = 'open', probe_item_id = NULL, " \
+	"       probe_expires_at = NULL, " \
+	"       breaker_opened_at = least(breaker_opened_at, " \
+	"                             pg_catalog.now() - breaker_cooldown) " \
+	" WHERE queue_name = $1 AND breaker_state = 'probing' " \
+	"   AND probe_item_id = $2"
+
+#define EXTEND_SQL \
+	"UPDATE queue.item_live " \
+	"   SET lease_expires_at = pg_catalog.now() + $4, " \
+	"       visible_at = pg_catalog.now() + $4 " \
+	" WHERE queue_name = $1 AND item_id = $2 " \
+	"   AND lease_token = $3 " \
+	"RETURNING lease_expires_at"
+
+#define CHECKPOINT_SQL \
+	"UPDATE queue.item_live " \
+	"   SET progress = coalesce(progress, '{}'::jsonb) || $4 " \
+	" WHERE queue_name = $1 AND item_id = $2 " \
+	"   AND lease_token = $3"
+
+/*
+ * Arguments every lease call starts with: (queue_name, item_id,
+ * lease_token).  Validates them, loads the queue and checks worker access.
+ * Leaves an SPI connection open.
+ */
+static char *
+begin_lease_call(FunctionCallInfo fcinfo, QueueConfig *cfg)
+{
+	char	   *queue_name = queue_check_name(PG_GETARG_DATUM(0), PG_ARGISNULL(0));
+
+	queue_check_not_null(PG_ARGISNULL(1), "item_id");
+	queue_check_not_null(PG_ARGISNULL(2), "lease_token");
+	queue_spi_connect();
+	queue_load_config(queue_name, cfg);
+	queue_check_access(cfg, QUEUE_ACCESS_WORKER);
+	return queue_name;
+}
+
+/* A finished probe decides the breaker (success closes, failure re-opens). */
+static void
+settle_probe(const QueueConfig *cfg, Datum qname, int64 item_id, bool success)
+{
+	Oid			t[3] = {TEXTOID, INT8OID, BOOLOID};
+	Datum		v[3];
+
+	if (cfg->breaker_state != 'p' || cfg->probe_item_id != item_id)
+		return;
+	v[0] = qname;
+	v[1] = Int64GetDatum(item_id);
+	v[2] = BoolGetDatum(success);
+	if (SPI_execute_plan(queue_prepare_cached(&probe_done_plan, PROBE_DONE_SQL, 3, t),
+						 v, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "queue: settling breaker probe failed");
+}
+
+/*
+ * queue.complete(queue_name text, item_id bigint, lease_token bigint,
+ *				  result jsonb = NULL) returns boolean
+ *
+ * Moves the item to the history with result.  False when lease_token is
+ * not the item's current lease (or the item is unknown).
+ */
+Datum
+queue_complete(PG_FUNCTION_ARGS)
+{
+	QueueConfig cfg;
+	char	   *queue_name = begin_lease_call(fcinfo, &cfg);
+	Oid			argtypes[4] = {TEXTOID, INT8OID, INT8OID, JSONBOID};
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	bool		done;
+
+	values[0] = CStringGetTextDatum(queue_name);
+	values[1] = PG_GETARG_DATUM(1);
+	values[2] = PG_GETARG_DATUM(2);
+	values[3] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
+	if (PG_ARGISNULL(3))
+		nulls[3] = 'n';
+	if (SPI_execute_plan(queue_prepare_cached(&complete_plan, COMPLETE_SQL, 4, argtypes),
+						 values, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "queue: completing item failed");
+	done = (SPI_processed == 1);
+	if (done)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		key_null;
+		bool		isnull;
+		Datum		key = SPI_getbinval(tup, desc, 2, &key_null);
+		int32		attempts = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+		char	   *worker = SPI_getvalue(tup, desc, 4);
+
+		if (!key_null && cfg.has_dedup_window)
+		{
+			Oid			dt[3] = {TEXTOID, TEXTOID, INT8OID};
+			Datum		dv[3];
+
+			dv[0] = values[0];
+			dv[1] = SPI_datumTransfer(key, false, -1);
+			dv[2] = values[1];
+			if (SPI_execute_plan(queue_prepare_cached(&dedup_done_plan, DEDUP_DONE_SQL, 3, dt),
+								 dv, NULL, false, 0) != SPI_OK_INSERT)
+				elog(ERROR, "queue: recording dedup key failed");
+		}
+		queue_log_event(queue_name, cfg.audit, DatumGetInt64(values[1]), "completed",
+						worker, attempts, NULL);
+		settle_probe(&cfg, values[0], DatumGetInt64(values[1]), true);
+	}
+	queue_spi_finish();
+	PG_RETURN_BOOL(done);
+}
+
+/*
+ * queue.complete_batch(queue_name text, item_ids bigint[],
+ *						lease_tokens bigint[], result jsonb = NULL)
+ *	returns int
+ *
+ * Completes every (item_id, lease_token) pair whose token is current in
+ * one statement; returns how many were completed.
+ */
+Datum
+queue_complete_batch(PG_FUNCTION_ARGS)
+{
+	char	   *queue_name = queue_check_name(PG_GETARG_DATUM(0), PG_ARGISNULL(0));
+	QueueConfig cfg;
+	Oid			argtypes[4] = {TEXTOID, INT8ARRAYOID, INT8ARRAYOID, JSONBOID};
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	ArrayType  *ids;
+	ArrayType  *toks;
+	int			ndone;
+
+	queue_check_not_null(PG_ARGISNULL(1), "item_ids");
+	queue_check_not_null(PG_ARGISNULL(2), "lease_tokens");
+	ids = PG_GETARG_ARRAYTYPE_P(1);
+	toks = PG_GETARG_ARRAYTYPE_P(2);
+	if (ArrayGetNItems(ARR_NDIM(ids), ARR_DIMS(ids)) !=
+		ArrayGetNItems(ARR_NDIM(toks), ARR_DIMS(toks)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("item_ids has %d elements but lease_tokens has %d",
+						ArrayGetNItems(ARR_NDIM(ids), ARR_DIMS(ids)),
+						ArrayGetNItems(ARR_NDIM(toks), ARR_DIMS(toks))),
+				 errhint("Pass the lease_token dequeue returned with each item_id, in the same order.")));
+
+	queue_spi_connect();
+	queue_load_config(queue_name, &cfg);
+	queue_check_access(&cfg, QUEUE_ACCESS_WORKER);
+
+	values[0] = CStringGetTextDatum(queue_name);
+	values[1] = PointerGetDatum(ids);
+	values[2] = PointerGetDatum(toks);
+	values[3] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
+	if (PG_ARGISNULL(3))
+		nulls[3] = 'n';
+	if (SPI_execute_plan(queue_prepare_cached(&complete_batch_plan, COMPLETE_BATCH_SQL, 4, argtypes),
+						 values, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "queue: completing items failed");
+	ndone = (int) SPI_processed;
+
+	if (ndone > 0 && (cfg.has_dedup_window || cfg.audit == 'a' || cfg.breaker_state == 'p'))
+	{
+		SPITupleTable *tt = SPI_tuptable;
+		Datum	   *done_ids = palloc(sizeof(Datum) * ndone);
+		Datum	   *keys = palloc(sizeof(Datum) * ndone);
+		bool	   *key_nulls = palloc(sizeof(bool) * ndone);
+		Datum	   *workers = palloc(sizeof(Datum) * ndone);
+		bool	   *worker_nulls = palloc(sizeof(bool) * ndone);
+		Datum	   *attempts = palloc(sizeof(Datum) * ndone);
+		bool	   *attempt_nulls = palloc(sizeof(bool) * ndone);
+		int			dims[1] = {ndone};
+		int			lbs[1] = {1};
+		bool		isnull;
+
+		for (int r = 0; r < ndone; r++)
+		{
+			done_ids[r] = SPI_getbinval(tt->vals[r], tt->tupdesc, 1, &isnull);
+			keys[r] = SPI_getbinval(tt->vals[r], tt->tupdesc, 2, &key_nulls[r]);
+			attempts[r] = SPI_getbinval(tt->vals[r], tt->tupdesc, 3, &attempt_nulls[r]);
+			workers[r] = SPI_getbinval(tt->vals[r], tt->tupdesc, 4, &worker_nulls[r]);
+		}
+		if (cfg.has_dedup_window)
+		{
+			Oid			dt[3] = {TEXTOID, TEXTARRAYOID, INT8ARRAYOID};
+			Datum		dv[3];
+
+			dv[0] = values[0];
+			dv[1] = PointerGetDatum(construct_md_array(keys, key_nulls, 1, dims, lbs,
+													   TEXTOID, -1, false, TYPALIGN_INT));
+			dv[2] = PointerGetDatum(construct_array(done_ids, ndone, INT8OID, 8,
+													FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+			if (SPI_execute_plan(queue_prepare_cached(&dedup_done_batch_plan, DEDUP_DONE_BATCH_SQL, 3, dt),
+								 dv, NULL, false, 0) != SPI_OK_INSERT)
+				elog(ERROR, "queue: recording dedup keys failed");
+		}
+		if (cfg.audit == 'a')
+		{
+			Oid			et[4] = {TEXTOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID};
+			Datum		ev[4];
+
+			ev[0] = values[0];
+			ev[1] = PointerGetDatum(construct_array(done_ids, ndone, INT8OID, 8,
+													FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+			ev[2] = PointerGetDatum(construct_md_array(workers, worker_nulls, 1, dims, lbs,
+													   TEXTOID, -1, false, TYPALIGN_INT));
+			ev[3] = PointerGetDatum(construct_md_array(attempts, attempt_nulls, 1, dims, lbs,
+													   INT4OID, 4, true, TYPALIGN_INT));
+			if (SPI_execute_plan(queue_prepare_cached(&completed_events_plan, COMPLETED_EVENTS_SQL, 4, et),
+								 ev, NULL, false, 0) != SPI_OK_INSERT)
+				elog(ERROR, "queue: recording events failed");
+		}
+		for (int r = 0; r < ndone; r++)
+			settle_probe(&cfg, values[0], DatumGetInt64(done_ids[r]), true);
+	}
+	queue_spi_finish();
+	PG_RETURN_INT32(ndone);
+}
+
+/*
+ * Backoff before the next attempt after a transient failure of `attempt`:
+ * least(backoff_max, backoff_base * backoff_factor^(attempt-1)), spread by
+ * +/- backoff_jitter.
+ */
+static double
+backoff_seconds(const QueueConfig *cfg, int32 attempt)
+{
+	double		delay = cfg->backoff_base_s * pow(cfg->backoff_factor, Max(attempt - 1, 0));
+
+	if (delay > cfg->backoff_max_s || isinf(delay) || isnan(delay))
+		delay = cfg->backoff_max_s;
+	if (cfg->backoff_jitter > 0)
+		delay *= 1.0 + cfg->backoff_jitter * (2.0 * pg_prng_double(&pg_global_prng_state) - 1.0);
+	return Max(delay, 0.0);
+}
+
+/*
+ * queue.fail(queue_name text, item_id bigint, lease_token bigint,
+ *			  error text, error_code text = NULL, permanent boolean = false,
+ *			  retry_in interval = NULL) returns text
+ *
+ * Reports a failed attempt.  Returns 'retrying' when the item will be
+ * claimable again after the backoff (or exactly retry_in, no jitter),
+ * 'dead' when it became a dead letter (permanent, or its attempts are
+ * spent), NULL when lease_token is not the item's current lease.
+ */
+Datum
+queue_fail(PG_FUNCTION_ARGS)
+{
+	QueueConfig cfg;
+	char	   *queue_name;
+	bool		permanent;
+	Oid			argtypes[3] = {TEXTOID, INT8OID, INT8OID};
+	Datum		values[3];
+	int32		attempt;
+	int32		max_attempts;
+	bool		isnull;
+	bool		worker_null;
+	Datum		worker;
+	bool		dead;
+	const char *outcome;
+	double		retry_s = -1;
+
+	queue_check_not_null(PG_ARGISNULL(3), "error");
+	queue_check_not_null(PG_ARGISNULL(5), "permanent");
+	permanent = PG_GETARG_BOOL(5);
+	if (!PG_ARGISNULL(6))
+	{
+		Interval   *iv = PG_GETARG_INTERVAL_P(6);
+
+		retry_s = queue_interval_seconds(iv);
+		if (retry_s < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("retry_in must not be negative"),
+					 errhint("Pass '0 s' to make the item claimable again at once.")));
+	}
+	queue_name = begin_lease_call(fcinfo, &cfg);
+
+	values[0] = CStringGetTextDatum(queue_name);
+	values[1] = PG_GETARG_DATUM(1);
+	values[2] = PG_GETARG_DATUM(2);
+	if (SPI_execute_plan(queue_prepare_cached(&fail_lock_plan, FAIL_LOCK_SQL, 3, argtypes),
+						 values, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "queue: locking item failed");
+	if (SPI_processed == 0)
+	{
+		queue_spi_finish();
+		PG_RETURN_NULL();
+	}
+	attempt = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	max_attempts = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	worker = SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &worker_null),
+							   false, -1);
+	dead = permanent || attempt >= max_attempts;
+
+	/* the failed attempt, for failed_1h, the breaker and worker stats */
+	{
+		Oid			ft[7] = {TEXTOID, INT8OID, INT4OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};
+		Datum		fv[7];
+		char		fn[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+
+		fv[0] = values[0];
+		fv[1] = values[1];
+		fv[2] = Int32GetDatum(attempt);
+		fv[3] = worker;
+		fn[3] = worker_null ? 'n' : ' ';
+		fv[4] = CStringGetTextDatum(permanent ? "permanent" : "transient");
+		fv[5] = PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4);
+		fn[5] = PG_ARGISNULL(4) ? 'n' : ' ';
+		fv[6] = PG_GETARG_DATUM(3);
+		if (SPI_execute_plan(queue_prepare_cached(&failure_log_plan, FAILURE_LOG_SQL, 7, ft),
+							 fv, fn, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "queue: recording failure failed");
+	}
+	{
+		char	   *code = PG_ARGISNULL(4) ? NULL : TextDatumGetCString(PG_GETARG_DATUM(4));
+		char	   *err = TextDatumGetCString(PG_GETARG_DATUM(3));
+		StringInfoData details;
+
+		initStringInfo(&details);
+		appendStringInfoString(&details, "{\"error\": ");
+		escape_json(&details, err);
+		appendStringInfoString(&details, ", \"error_code\": ");
+		if (code)
+			escape_json(&details, code);
+		else
+			appendStringInfoString(&details, "null");
+		appendStringInfo(&details, ", \"permanent\": %s}", permanent ? "true" : "false");
+		queue_log_event(queue_name, cfg.audit, DatumGetInt64(values[1]), "failed",
+						worker_null ? NULL : TextDatumGetCString(worker), attempt, details.data);
+	}
+
+	if (dead)
+	{
+		Oid			bt[5] = {TEXTOID, INT8OID, TEXTOID, TEXTOID, TEXTOID};
+		Datum		bv[5];
+		char		bn[5] = {' ', ' ', ' ', ' ', ' '};
+
+		bv[0] = values[0];
+		bv[1] = values[1];
+		bv[2] = CStringGetTextDatum(permanent ? "permanent" : "max_attempts");
+		bv[3] = PG_GETARG_DATUM(3);
+		bv[4] = PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4);
+		bn[4] = PG_ARGISNULL(4) ? 'n' : ' ';
+		if (SPI_execute_plan(queue_prepare_cached(&bury_plan, BURY_SQL, 5, bt),
+							 bv, bn, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "queue: dead-lettering failed");
+		outcome = "dead";
+	}
+	else
+	{
+		Oid			rt[5] = {TEXTOID, INT8OID, FLOAT8OID, TEXTOID, TEXTOID};
+		Datum		rv[5];
+		char		rn[5] = {' ', ' ', ' ', ' ', ' '};
+		char		details[128];
+
+		if (retry_s < 0)
+			retry_s = backoff_seconds(&cfg, attempt);
+		rv[0] = values[0];
+		rv[1] = values[1];
+		rv[2] = Float8GetDatum(retry_s);
+		rv[3] = PG_GETARG_DATUM(3);
+		rv[4] = PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4);
+		rn[4] = PG_ARGISNULL(4) ? 'n' : ' ';
+		if (SPI_execute_plan(queue_prepare_cached(&retry_plan, RETRY_SQL, 5, rt),
+							 rv, rn, false, 0) != SPI_OK_UPDATE_RETURNING || SPI_processed != 1)
+			elog(ERROR, "queue: scheduling retry failed");
+		snprintf(details, sizeof(details), "{\"retry_in_seconds\": %.3f}", retry_s);
+		queue_log_event(queue_name, cfg.audit, DatumGetInt64(values[1]), "retrying",
+						worker_null ? NULL : TextDatumGetCString(worker), attempt, details);
+		outcome = "retrying";
+	}
+
+	settle_probe(&cfg, values[0], DatumGetInt64(values[1]), false);
+	if (cfg.has_breaker && cfg.breaker_state == 'c')
+	{
+		Oid			t[1] = {TEXTOID};
+
+		if (SPI_execute_plan(queue_prepare_cached(&breaker_plan, BREAKER_SQL, 1, t),
+							 values, NULL, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "queue: breaker check failed");
+	}
+	queue_spi_finish();
+	PG_RETURN_TEXT_P(cstring_to_text(outcome));
+}
+
+/*
+ * queue.release(queue_name text, item_id bigint, lease_token bigint,
+ *				 run_at timestamptz = now()) returns boolean
+ *
+ * Gives a leased item back without counting the attempt (graceful
+ * shutdown); it is claimable again from run_at (NULL = now).
+ */
+Datum
+queue_release(PG_FUNCTION_ARGS)
+{
+	QueueConfig cfg;
+	char	   *queue_name = begin_lease_call(fcinfo, &cfg);
+	Oid			argtypes[4] = {TEXTOID, INT8OID, INT8OID, TIMESTAMPTZOID};
+	Datum		values[4];
+	bool		done;
+
+	values[0] = CStringGetTextDatum(queue_name);
+	values[1] = PG_GETARG_DATUM(1);
+	values[2] = PG_GETARG_DATUM(2);
+	values[3] = PG_ARGISNULL(3) ? TimestampTzGetDatum(GetCurrentTransactionStartTimestamp())
+		: PG_GETARG_DATUM(3);
+	if (SPI_execute_plan(queue_prepare_cached(&release_plan, RELEASE_SQL, 4, argtypes),
+						 values, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "queue: releasing item failed");
+	done = (SPI_processed == 1);
+	if (done)
+	{
+		bool		isnull;
+		int32		attempt = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+														  SPI_tuptable->tupdesc, 1, &isnull));
+
+		queue_log_event(queue_name, cfg.audit, DatumGetInt64(values[1]), "released",
+						NULL, attempt, NULL);
+		if (cfg.breaker_state == 'p' && cfg.probe_item_id == DatumGetInt64(values[1]))
+		{
+			Oid			t[2] = {TEXTOID, INT8OID};
+
+			if (SPI_execute_plan(queue_prepare_cached(&probe_back_plan, PROBE_BACK_SQL, 2, t),
+								 values, NULL, false, 0) != SPI_OK_UPDATE)
+				elog(ERROR, "queue: resetting breaker probe failed");
+		}
+	}
+	queue_spi_finish();
+	PG_RETURN_BOOL(done);
+}
+
+/*
+ * queue.extend_lease(queue_name text, item_id bigint, lease_token bigint,
+ *					  extend_by interval = NULL) returns timestamptz
+ *
+ * Sets the lease's expiry to now() + extend_by (NULL: the queue's
+ * lease_timeout); returns it, or NULL when the lease is not current.
+ */
+Datum
+queue_extend_lease(PG_FUNCTION_ARGS)
+{
+	QueueConfig cfg;
+	char	   *queue_name;
+	Oid			argtypes[4] = {TEXTOID, INT8OID, INT8OID, INTERVALOID};
+	Datum		values[4];
+	Interval	by;
+	Datum		result = (Datum) 0;
+	bool		found;
+
+	if (!PG_ARGISNULL(3))
+	{
+		by = *PG_GETARG_INTERVAL_P(3);
+		queue_check_positive_interval(&by, "extend_by");
+	}
+	queue_name = begin_lease_call(fcinfo, &cfg);
+	if (PG_ARGISNULL(3))
+		by = cfg.lease_timeout;
+	values[0] = CStringGetTextDatum(queue_name);
+	values[1] = PG_GETARG_DATUM(1);
+	values[2] = PG_GETARG_DATUM(2);
+	values[3] = IntervalPGetDatum(&by);
+	if (SPI_execute_plan(queue_prepare_cached(&extend_plan, EXTEND_SQL, 4, argtypes),
+						 values, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "queue: extending lease failed");
+	found = (SPI_processed == 1);
+	if (found)
+	{
+		bool		isnull;
+
+		result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	}
+	queue_spi_finish();
+	if (!found)
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(result);
+}
+
+/*
+ * queue.checkpoint(queue_name text, item_id bigint, lease_token bigint,
+ *					progress jsonb) returns boolean
+ *
+ * Merges progress (a JSON object) into the item's progress, which
+ * survives retries, dead-lettering and replay.
+ */
+Datum
+queue_checkpoint(PG_FUNCTION_ARGS)
+{
+	QueueConfig cfg;
+	char	   *queue_name;
+	Oid			argtypes[4] = {TEXTOID, INT8OID, INT8OID, JSONBOID};
+	Datum		values[4];
+	Jsonb	   *progress;
+	bool		done;
+
+	queue_check_not_null(PG_ARGISNULL(3), "progress");
+	progress = PG_GETARG_JSONB_P(3);
+	if (!JB_ROOT_IS_OBJECT(progress))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("progress must be a JSON object"),
+				 errhint("Pass an object such as '{\"step\": 2}'; its keys are merged into the item's progress.")));
+	queue_check_payload(PG_GETARG_DATUM(3), "progress");
+	queue_name = begin_lease_call(fcinfo, &cfg);
+	values[0] = CStringGetTextDatum(queue_name);
+	values[1] = PG_GETARG_DATUM(1);
+	values[2] = PG_GETARG_DATUM(2);
+	values[3] = JsonbPGetDatum(progress);
+	if (SPI_execute_plan(queue_prepare_cached(&checkpoint_plan, CHECKPOINT_SQL, 4, argtypes),
+						 values, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "queue: checkpoint failed");
+	done = (SPI_processed == 1);
+	queue_spi_finish();
+	PG_RETURN_BOOL(done);
+}

@@ -1,0 +1,478 @@
+/*-------------------------------------------------------------------------
+ *
+ * dequeue.c
+ *		The claim: dequeue().
+ *
+ * One statement picks the head of the queue's claim index
+ * (queue_name, priority, visible_at, item_id) with FOR UPDATE SKIP LOCKED
+ * and leases what it picked: a fresh lease_token from a sequence (the
+ * fencing token), attempt + 1, visible_at moved to the lease's end.  Rows
+ * that must not be handed out (past expires_at, or a lost lease whose
+ * attempts are spent) come back flagged from the same statement; they are
+ * dead-lettered on the spot and the claim repeats for what is missing.
+ *
+ * Gates before the claim, in order: paused queue (or open breaker, where a
+ * single half-open probe is granted by an UPDATE of the queue's row, which
+ * serialises racing dequeuers), worker draining or in maintenance, the
+ * worker's capacity (its registry row locked, so sessions of one worker
+ * serialise), the queue's max_in_flight (a transaction advisory lock on the
+ * queue, so the count and the claim are atomic; taken only on queues with
+ * a cap).
+ *
+ * src/dequeue.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "queue.h"
+
+PG_FUNCTION_INFO_V1(queue_dequeue);
+
+/* Columns of the result, as declared in SQL. */
+#define DEQUEUE_NCOLS 11
+
+/* last_seen is refreshed at most this often by dequeue. */
+#define LAST_SEEN_REFRESH "5 s"
+
+static SPIPlanPtr claim_plan = NULL;
+static SPIPlanPtr worker_plan = NULL;
+static SPIPlanPtr register_plan = NULL;
+static SPIPlanPtr seen_plan = NULL;
+static SPIPlanPtr worker_lock_plan = NULL;
+static SPIPlanPtr worker_load_plan = NULL;
+static SPIPlanPtr cap_lock_plan = NULL;
+static SPIPlanPtr in_flight_plan = NULL;
+static SPIPlanPtr probe_plan = NULL;
+static SPIPlanPtr probe_set_plan = NULL;
+static SPIPlanPtr probe_undo_plan = NULL;
+static SPIPlanPtr bury_plan = NULL;
+static SPIPlanPtr lost_plan = NULL;
+static SPIPlanPtr claimed_event_plan = NULL;
+
+#define CLAIM_SQL \
+	"WITH cand AS MATERIALIZED (" \
+	"  SELECT i.item_id, i.priority AS prio, i.visible_at AS since, " \
+	"         i.lease_token IS NOT NULL AS lost, " \
+	"         (i.expires_at IS NOT NULL AND i.expires_at <= pg_catalog.now()) AS expired, " \
+	"         (i.lease_token IS NOT NULL AND i.attempt >= i.max_attempts) AS spent " \
+	"    FROM queue.item_live i " \
+	"   WHERE i.queue_name = $1 " \
+	"     AND i.visible_at <= pg_catalog.now() " \
+	"   ORDER BY i.priority, i.visible_at, i.item_id " \
+	"   LIMIT $2 " \
+	"   FOR UPDATE SKIP LOCKED), " \
+	"claimed AS (" \
+	"  UPDATE queue.item_live i " \
+	"     SET attempt = i.attempt + 1, " \
+	"         lease_token = pg_catalog.nextval('queue.lease_token_seq'::pg_catalog.regclass), " \
+	"         worker = $3, claimed_at = pg_catalog.now(), " \
+	"         lease_expires_at = pg_catalog.now() + $4, " \
+	"         visible_at = pg_catalog.now() + $4, " \
+	"         errors = CASE WHEN c.lost THEN i.errors || pg_catalog.jsonb_build_array(" \
+	"                    pg_catalog.jsonb_build_object('attempt', i.attempt, 'at', i.lease_expires_at, " \
+	"                      'worker', i.worker, 'error', 'lease expired', 'error_code', 'lease_expired')) " \
+	"                  ELSE i.errors END, " \
+	"         last_error = CASE WHEN c.lost THEN 'lease expired' ELSE i.last_error END, " \
+	"         error_code = CASE WHEN c.lost THEN 'lease_expired' ELSE i.error_code END " \
+	"    FROM cand c " \
+	"   WHERE i.queue_name = $1 AND i.item_id = c.item_id " \
+	"     AND NOT c.expired AND NOT c.spent " \
+	"  RETURNING i.item_id, i.lease_token, i.payload, i.progress, i.attempt, i.max_attempts, " \
+	"            i.base_priority, i.enqueued_at, i.lease_expires_at, i.dedup_key, i.correlation_id, " \
+	"            c.prio, c.since, c.lost, 0 AS junk) " \
+	"SELECT * FROM claimed " \
+	"UNION ALL " \
+	"SELECT c.item_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, " \
+	"       c.prio, c.since, c.lost, CASE WHEN c.expired THEN 1 ELSE 2 END " \
+	"  FROM cand c WHERE c.expired OR c.spent " \
+	"ORDER BY 12, 13, 1"
+
+#define WORKER_SQL \
+	"SELECT w.draining, w.capacity IS NOT NULL, " \
+	"       w.last_seen < pg_catalog.now() - '" LAST_SEEN_REFRESH "'::pg_catalog.interval, " \
+	"       EXISTS (SELECT 1 FROM queue.maintenance_window m " \
+	"                WHERE m.worker = $1 " \
+	"                  AND m.starts_at <= pg_catalog.now() " \
+	"                  AND m.ends_at > pg_catalog.now()) " \
+	"  FROM queue.worker_registry w WHERE w.worker = $1"
+
+#define REGISTER_SQL \
+	"INSERT INTO queue.worker_registry (worker) VALUES ($1) ON CONFLICT (worker) DO NOTHING"
+
+#define SEEN_SQL \
+	"UPDATE queue.worker_registry SET last_seen = pg_catalog.now() " \
+	" WHERE worker = $1"
+
+/* capacity minus the leases the worker holds on any queue, under its row lock */
+#define WORKER_LOCK_SQL \
+	"SELECT capacity FROM queue.worker_registry WHERE worker = $1 FOR UPDATE"
+
+#define WORKER_LOAD_SQL \
+	"SELECT pg_catalog.count(*) FROM queue.queue_config q " \
+	"  JOIN queue.item_live i ON i.queue_name = q.queue_name " \
+	" WHERE i.worker = $1 " \
+	"   AND i.lease_expires_at > pg_catalog.now()"
+
+#define CAP_LOCK_SQL \
+	"SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext($1), 1903520101)"
+
+#define IN_FLIGHT_SQL \
+	"SELECT pg_catalog.count(*) FROM queue.item_live " \
+	" WHERE queue_name = $1 AND worker IS NOT NULL " \
+	"   AND lease_expires_at > pg_catalog.now()"
+
+/* half-open: the first dequeue after the cooldown becomes the probe */
+#define PROBE_SQL \
+	"UPDATE queue.queue_config SET breaker_state = 'probing', probe_item_id = NULL, " \
+	"       probe_expires_at = 'infinity' " \
+	" WHERE queue_name = $1 AND paused " \
+	"   AND ((breaker_state = 'open' " \
+	"         AND breaker_opened_at + breaker_cooldown <= pg_catalog.now()) " \
+	"     OR (breaker_state = 'probing' " \
+	"         AND probe_expires_at <= pg_catalog.now()))"
+
+#define PROBE_SET_SQL \
+	"UPDATE queue.queue_config SET probe_item_id = $2, probe_expires_at = $3 " \
+	" WHERE queue_name = $1"
+
+#define PROBE_UNDO_SQL \
+	"UPDATE queue.queue_config SET breaker_state = 'open', probe_item_id = NULL, " \
+	"       probe_expires_at = NULL, " \
+	"       breaker_opened_at = least(breaker_opened_at, " \
+	"                             pg_catalog.now() - breaker_cooldown) " \
+	" WHERE queue_name = $1"
+
+#define BURY_SQL \
+	"SELECT queue._bury($1, $2, $3, NULL, NULL)"
+
+#define LOST_SQL \
+	"SELECT queue._leases_lost($1, $2)"
+
+#define CLAIMED_EVENT_SQL \
+	"INSERT INTO queue.events (queue_name, item_id, kind, worker, attempt) " \
+	"SELECT $1, u.i, 'claimed', $2, u.a FROM unnest($3::bigint[], $4::int[]) AS u(i, a)"
+
+static bool
+run_bool(SPIPlanPtr plan, Datum *values, bool read_only)
+{
+	bool		isnull;
+	Datum		d;
+
+	if (SPI_execute_plan(plan, values, NULL, read_only, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "queue: dequeue gate query failed");
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return !isnull && DatumGetBool(d);
+}
+
+static int64
+run_count(SPIPlanPtr plan, Datum *values)
+{
+	bool		isnull;
+
+	if (SPI_execute_plan(plan, values, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "queue: dequeue count query failed");
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
+ * Worker gates: registers an unknown worker, refreshes last_seen now and
+ * then, and returns how many items the worker may take (0 = none, -1 = no
+ * limit).
+ */
+static int64
+worker_allowance(Datum worker)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	bool		isnull;
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		draining,
+				has_capacity,
+				stale,
+				in_maintenance;
+
+	if (SPI_execute_plan(queue_prepare_cached(&worker_plan, WORKER_SQL, 1, argtypes),
+						 &worker, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "queue: reading worker failed");
+	if (SPI_processed == 0)
+	{
+		/* unknown workers are registered on their first dequeue */
+		if (SPI_execute_plan(queue_prepare_cached(&register_plan, REGISTER_SQL, 1, argtypes),
+							 &worker, NULL, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "queue: registering worker failed");
+		return -1;
+	}
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	draining = DatumGetBool(SPI_getbinval(tup, desc, 1, &isnull));
+	has_capacity = DatumGetBool(SPI_getbinval(tup, desc, 2, &isnull));
+	stale = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
+	in_maintenance = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
+
+	if (stale)
+	{
+		if (SPI_execute_plan(queue_prepare_cached(&seen_plan, SEEN_SQL, 1, argtypes),
+							 &worker, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "queue: refreshing worker failed");
+	}
+	if (draining || in_maintenance)
+		return 0;
+	if (has_capacity)
+	{
+		int32		capacity;
+		int64		held;
+
+		if (SPI_execute_plan(queue_prepare_cached(&worker_lock_plan, WORKER_LOCK_SQL, 1, argtypes),
+							 &worker, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "queue: locking worker failed");
+		capacity = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+											   1, &isnull));
+		if (isnull)
+			return -1;
+		held = run_count(queue_prepare_cached(&worker_load_plan, WORKER_LOAD_SQL, 1, argtypes),
+						 &worker);
+		return Max(capacity - held, 0);
+	}
+	return -1;
+}
+
+/*
+ * queue.dequeue(queue_name text, worker text, batch_size int = 1,
+ *				 lease_timeout interval = NULL)
+ *	returns setof (item_id bigint, lease_token bigint, payload jsonb,
+ *				   progress jsonb, attempt int, max_attempts int,
+ *				   priority int, enqueued_at timestamptz,
+ *				   lease_expires_at timestamptz, dedup_key text,
+ *				   correlation_id text)
+ *
+ * Claims up to batch_size items for worker, in claim order, each under a
+ * lease of lease_timeout (NULL: the queue's).  Returns no rows when nothing
+ * is claimable, the queue is paused, max_in_flight is reached, or the
+ * worker is draining, in maintenance or at its capacity.
+ */
+Datum
+queue_dequeue(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *queue_name = queue_check_name(PG_GETARG_DATUM(0), PG_ARGISNULL(0));
+	Datum		worker;
+	int32		batch_size;
+	Interval	lease;
+	QueueConfig cfg;
+	Datum		qname;
+	int64		want;
+	bool		is_probe = false;
+	int			nclaimed = 0;
+	int64		probe_id = 0;
+	TimestampTz probe_expiry = 0;
+
+	queue_check_not_null(PG_ARGISNULL(1), "worker");
+	queue_check_not_null(PG_ARGISNULL(2), "batch_size");
+	worker = PG_GETARG_DATUM(1);
+	if (VARSIZE_ANY_EXHDR(DatumGetTextPP(worker)) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("worker must not be empty"),
+				 errhint("Name the bot, for example 'bot-07'.")));
+	batch_size = PG_GETARG_INT32(2);
+	if (batch_size < 1 || batch_size > QUEUE_BATCH_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch_size %d is out of range", batch_size),
+				 errhint("A batch holds 1 to %d items.", QUEUE_BATCH_MAX)));
+	if (!PG_ARGISNULL(3))
+	{
+		lease = *PG_GETARG_INTERVAL_P(3);
+		queue_check_positive_interval(&lease, "lease_timeout");
+	}
+
+	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+
+	queue_spi_connect();
+	queue_load_config(queue_name, &cfg);
+	queue_check_access(&cfg, QUEUE_ACCESS_WORKER);
+	if (PG_ARGISNULL(3))
+		lease = cfg.lease_timeout;
+	qname = CStringGetTextDatum(queue_name);
+	want = batch_size;
+
+	/* Paused: nothing, unless an open breaker's cooldown grants a probe. */
+	if (cfg.paused)
+	{
+		Oid			t[1] = {TEXTOID};
+
+		if (cfg.breaker_state == 'c' ||
+			(cfg.breaker_state == 'o' && !cfg.cooldown_over) ||
+			(cfg.breaker_state == 'p' && !cfg.probe_lost))
+			goto done;
+		if (SPI_execute_plan(queue_prepare_cached(&probe_plan, PROBE_SQL, 1, t),
+							 &qname, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "queue: breaker probe update failed");
+		if (SPI_processed != 1)
+			goto done;
+		is_probe = true;
+		want = 1;
+	}
+
+	/* Worker gates. */
+	{
+		int64		allowance = worker_allowance(worker);
+
+		if (allowance == 0)
+			goto undo_probe;
+		if (allowance > 0)
+			want = Min(want, allowance);
+	}
+
+	/* Queue cap: count and claim under the queue's advisory lock. */
+	if (cfg.max_in_flight > 0)
+	{
+		Oid			t[1] = {TEXTOID};
+		int64		in_flight;
+
+		(void) run_bool(queue_prepare_cached(&cap_lock_plan, CAP_LOCK_SQL, 1, t), &qname, false);
+		in_flight = run_count(queue_prepare_cached(&in_flight_plan, IN_FLIGHT_SQL, 1, t), &qname);
+		if (in_flight >= cfg.max_in_flight)
+			goto undo_probe;
+		want = Min(want, cfg.max_in_flight - in_flight);
+	}
+
+	/* Claim; bury what must not be handed out, and claim again for it. */
+	for (;;)
+	{
+		Oid			argtypes[4] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID};
+		Datum		values[4];
+		int			njunk = 0;
+		int			nok = 0;
+		Datum	   *lost_ids = NULL;
+		int			nlost = 0;
+		Datum	   *ev_ids = NULL;
+		Datum	   *ev_attempts = NULL;
+		SPITupleTable *tuptable;
+		uint64		nrows;
+
+		CHECK_FOR_INTERRUPTS();
+		values[0] = qname;
+		values[1] = Int32GetDatum((int32) (want - nclaimed));
+		values[2] = worker;
+		values[3] = IntervalPGetDatum(&lease);
+		if (SPI_execute_plan(queue_prepare_cached(&claim_plan, CLAIM_SQL, 4, argtypes),
+							 values, NULL, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "queue: claim failed");
+		tuptable = SPI_tuptable;
+		nrows = SPI_processed;
+		if (nrows == 0)
+			break;
+
+		lost_ids = palloc(sizeof(Datum) * nrows);
+		ev_ids = palloc(sizeof(Datum) * nrows);
+		ev_attempts = palloc(sizeof(Datum) * nrows);
+		for (uint64 r = 0; r < nrows; r++)
+		{
+			HeapTuple	tup = tuptable->vals[r];
+			TupleDesc	desc = tuptable->tupdesc;
+			bool		isnull;
+			int32		junk = DatumGetInt32(SPI_getbinval(tup, desc, 15, &isnull));
+
+			if (junk != 0)
+			{
+				Oid			bt[3] = {TEXTOID, INT8OID, TEXTOID};
+				Datum		bv[3];
+
+				bv[0] = qname;
+				bv[1] = SPI_getbinval(tup, desc, 1, &isnull);
+				bv[2] = CStringGetTextDatum(junk == 1 ? "expired" : "lease_expired");
+				if (SPI_execute_plan(queue_prepare_cached(&bury_plan, BURY_SQL, 3, bt),
+									 bv, NULL, false, 0) != SPI_OK_SELECT)
+					elog(ERROR, "queue: dead-lettering failed");
+				njunk++;
+				continue;
+			}
+			else
+			{
+				Datum		out[DEQUEUE_NCOLS];
+				bool		nulls[DEQUEUE_NCOLS];
+
+				for (int c = 0; c < DEQUEUE_NCOLS; c++)
+					out[c] = SPI_getbinval(tup, desc, c + 1, &nulls[c]);
+				tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
+				nclaimed++;
+				if (DatumGetBool(SPI_getbinval(tup, desc, 14, &isnull)))
+					lost_ids[nlost++] = out[0];
+				ev_ids[nok] = out[0];
+				ev_attempts[nok] = out[4];
+				nok++;
+				if (is_probe)
+				{
+					probe_id = DatumGetInt64(out[0]);
+					probe_expiry = DatumGetTimestampTz(out[8]);
+				}
+			}
+		}
+
+		/* A lease that ran out counts as a failed attempt of its holder. */
+		if (nlost > 0)
+		{
+			Oid			lt[2] = {TEXTOID, INT8ARRAYOID};
+			Datum		lv[2];
+
+			lv[0] = qname;
+			lv[1] = PointerGetDatum(construct_array(lost_ids, nlost, INT8OID, 8,
+													FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+			if (SPI_execute_plan(queue_prepare_cached(&lost_plan, LOST_SQL, 2, lt),
+								 lv, NULL, false, 0) != SPI_OK_SELECT)
+				elog(ERROR, "queue: recording lost leases failed");
+		}
+		if (cfg.audit == 'a' && nok > 0)
+		{
+			Oid			et[4] = {TEXTOID, TEXTOID, INT8ARRAYOID, INT4ARRAYOID};
+			Datum		ev[4];
+
+			ev[0] = qname;
+			ev[1] = worker;
+			ev[2] = PointerGetDatum(construct_array(ev_ids, nok, INT8OID, 8,
+													FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+			ev[3] = PointerGetDatum(construct_array(ev_attempts, nok, INT4OID, 4,
+													true, TYPALIGN_INT));
+			if (SPI_execute_plan(queue_prepare_cached(&claimed_event_plan, CLAIMED_EVENT_SQL, 4, et),
+								 ev, NULL, false, 0) != SPI_OK_INSERT)
+				elog(ERROR, "queue: recording events failed");
+		}
+
+		/* Only buried rows cost us part of the batch: claim again for them. */
+		if (njunk == 0 || nclaimed >= want)
+			break;
+	}
+
+undo_probe:
+	if (is_probe)
+	{
+		Oid			t[3] = {TEXTOID, INT8OID, TIMESTAMPTZOID};
+		Datum		v[3];
+
+		v[0] = qname;
+		v[1] = Int64GetDatum(probe_id);
+		v[2] = TimestampTzGetDatum(probe_expiry);
+		if (nclaimed > 0)
+		{
+			if (SPI_execute_plan(queue_prepare_cached(&probe_set_plan, PROBE_SET_SQL, 3, t),
+								 v, NULL, false, 0) != SPI_OK_UPDATE)
+				elog(ERROR, "queue: recording breaker probe failed");
+		}
+		else if (SPI_execute_plan(queue_prepare_cached(&probe_undo_plan, PROBE_UNDO_SQL, 1, t),
+								  v, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "queue: resetting breaker probe failed");
+	}
+done:
+	queue_spi_finish();
+	return (Datum) 0;
+}

@@ -1,0 +1,591 @@
+/*-------------------------------------------------------------------------
+ *
+ * enqueue.c
+ *		Producing items: enqueue() and enqueue_batch(), and the audit-event
+ *		helper shared by the hot path.
+ *
+ * Dedup among live items rests on the partial unique index
+ * item_live_dedup_idx: INSERT ... ON CONFLICT DO NOTHING either inserts or
+ * finds the live holder of the key, and concurrent producers of one key
+ * serialise on that index entry, so two live items never share a key.  A
+ * queue with dedup_window also consults dedup_done, where complete() keeps
+ * the keys of recently completed items.
+ *
+ * With the queue's notify on, NOTIFY queue_<name> is sent with an empty
+ * payload; PostgreSQL folds identical notifications of one transaction, so
+ * a transaction notifies each queue once however many items it adds.
+ *
+ * src/enqueue.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+
+#include "queue.h"
+
+PG_FUNCTION_INFO_V1(queue_enqueue);
+PG_FUNCTION_INFO_V1(queue_enqueue_batch);
+
+/* Attempts to settle a dedup conflict whose holder keeps vanishing. */
+#define DEDUP_RETRIES 10
+
+static SPIPlanPtr insert_plan = NULL;
+static SPIPlanPtr holder_plan = NULL;
+static SPIPlanPtr window_plan = NULL;
+static SPIPlanPtr event_plan = NULL;
+static SPIPlanPtr ids_plan = NULL;
+static SPIPlanPtr batch_insert_plan = NULL;
+static SPIPlanPtr batch_holder_plan = NULL;
+static SPIPlanPtr batch_window_plan = NULL;
+static SPIPlanPtr batch_event_plan = NULL;
+
+#define INSERT_SQL \
+	"INSERT INTO queue.item_live (queue_name, priority, visible_at, base_priority, run_at, " \
+	"       max_attempts, expires_at, dedup_key, correlation_id, payload) " \
+	"VALUES ($1, $2, greatest($3, pg_catalog.now()), $2, $3, $4, $5, $6, $7, $8) " \
+	"ON CONFLICT (queue_name, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING " \
+	"RETURNING item_id"
+
+#define HOLDER_SQL \
+	"SELECT item_id FROM queue.item_live " \
+	" WHERE queue_name = $1 AND dedup_key = $2"
+
+#define WINDOW_SQL \
+	"SELECT item_id FROM queue.dedup_done " \
+	" WHERE queue_name = $1 AND dedup_key = $2 " \
+	"   AND completed_at > pg_catalog.now() - $3"
+
+#define EVENT_SQL \
+	"INSERT INTO queue.events (queue_name, item_id, kind, worker, attempt, details) " \
+	"VALUES ($1, $2, $3, $4, $5, $6)"
+
+#define IDS_SQL \
+	"SELECT pg_catalog.array_agg(pg_catalog.nextval('queue.item_id_seq'::pg_catalog.regclass)) " \
+	"  FROM pg_catalog.generate_series(1, $1)"
+
+#define BATCH_INSERT_SQL \
+	"INSERT INTO queue.item_live (queue_name, item_id, priority, visible_at, base_priority, " \
+	"       run_at, max_attempts, expires_at, dedup_key, payload) " \
+	"SELECT $1, u.id, $4, greatest($5, pg_catalog.now()), $4, $5, $6, $7, u.k, u.p " \
+	"  FROM unnest($2::bigint[], $3::jsonb[], $8::text[]) AS u(id, p, k) " \
+	" WHERE u.id IS NOT NULL " \
+	"ON CONFLICT (queue_name, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING " \
+	"RETURNING item_id"
+
+#define BATCH_HOLDER_SQL \
+	"SELECT dedup_key, item_id FROM queue.item_live " \
+	" WHERE queue_name = $1 AND dedup_key = ANY ($2)"
+
+#define BATCH_WINDOW_SQL \
+	"SELECT dedup_key, item_id FROM queue.dedup_done " \
+	" WHERE queue_name = $1 AND dedup_key = ANY ($2) " \
+	"   AND completed_at > pg_catalog.now() - $3"
+
+#define BATCH_EVENT_SQL \
+	"INSERT INTO queue.events (queue_name, item_id, kind, attempt) " \
+	"SELECT $1, i, 'enqueued', 0 FROM pg_catalog.unnest($2::bigint[]) AS i"
+
+/*
+ * queue_audit_keeps
+ *		Whether a queue with this audit level records events of this kind.
+ */
+bool
+queue_audit_keeps(char audit, const char *kind)
+{
+	static const char *const queue_level[] = {
+		"paused", "resumed", "purged", "breaker_open", "breaker_closed",
+		"queue_dropped", NULL
+	};
+	static const char *const success_path[] = {
+		"enqueued", "claimed", "completed", "released", NULL
+	};
+
+	if (audit == 'a')
+		return true;
+	for (int i = 0; queue_level[i]; i++)
+		if (strcmp(kind, queue_level[i]) == 0)
+			return true;
+	if (audit == 'n')
+		return false;
+	for (int i = 0; success_path[i]; i++)
+		if (strcmp(kind, success_path[i]) == 0)
+			return false;
+	return true;
+}
+
+/*
+ * queue_log_event
+ *		Append an event unless the queue's audit level leaves it out.
+ *		Inside an SPI connection.
+ */
+void
+queue_log_event(const char *queue_name, char audit, int64 item_id,
+				const char *kind, const char *worker, int32 attempt,
+				const char *details_json)
+{
+	Oid			argtypes[6] = {TEXTOID, INT8OID, TEXTOID, TEXTOID, INT4OID, JSONBOID};
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+
+	if (!queue_audit_keeps(audit, kind))
+		return;
+	values[0] = CStringGetTextDatum(queue_name);
+	values[1] = Int64GetDatum(item_id);
+	if (item_id == 0)
+		nulls[1] = 'n';
+	values[2] = CStringGetTextDatum(kind);
+	if (worker)
+		values[3] = CStringGetTextDatum(worker);
+	else
+		nulls[3] = 'n';
+	values[4] = Int32GetDatum(attempt);
+	values[5] = DirectFunctionCall1(jsonb_in, CStringGetDatum(details_json ? details_json : "{}"));
+	if (SPI_execute_plan(queue_prepare_cached(&event_plan, EVENT_SQL, 6, argtypes),
+						 values, nulls, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "queue: recording event failed");
+}
+
+static void
+notify_queue(const char *queue_name)
+{
+	char		channel[NAMEDATALEN];
+
+	snprintf(channel, sizeof(channel), "queue_%s", queue_name);
+	Async_Notify(channel, "");
+}
+
+/*
+ * Resolve the arguments shared by enqueue and enqueue_batch: run_at
+ * (NULL = now), expires_at (NULL = now + item_ttl, or none) and
+ * max_attempts (NULL = the queue's).
+ */
+static void
+resolve_common(const QueueConfig *cfg, FunctionCallInfo fcinfo,
+			   int run_at_arg, int expires_arg, int max_attempts_arg,
+			   TimestampTz *run_at, bool *has_expires, TimestampTz *expires_at,
+			   int32 *max_attempts)
+{
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+	*run_at = PG_ARGISNULL(run_at_arg) ? now : PG_GETARG_TIMESTAMPTZ(run_at_arg);
+
+	*has_expires = false;
+	if (!PG_ARGISNULL(expires_arg))
+	{
+		*expires_at = PG_GETARG_TIMESTAMPTZ(expires_arg);
+		*has_expires = true;
+		if (*expires_at <= now)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("expires_at %s is not in the future",
+							timestamptz_to_str(*expires_at)),
+					 errhint("An item that has already expired would be dead-lettered unseen; pass a later time or NULL.")));
+	}
+	else if (cfg->has_item_ttl)
+	{
+		*expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+															  TimestampTzGetDatum(now),
+															  IntervalPGetDatum(&cfg->item_ttl)));
+		*has_expires = true;
+	}
+
+	*max_attempts = cfg->max_attempts;
+	if (!PG_ARGISNULL(max_attempts_arg))
+	{
+		*max_attempts = PG_GETARG_INT32(max_attempts_arg);
+		if (*max_attempts < 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("max_attempts must be at least 1, not %d", *max_attempts)));
+	}
+}
+
+/*
+ * queue.enqueue(queue_name text, payload jsonb, priority int = 2,
+ *				 run_at timestamptz = now(), dedup_key text = NULL,
+ *				 expires_at timestamptz = NULL, max_attempts int = NULL,
+ *				 correlation_id text = NULL) returns bigint
+ *
+ * Adds one item and returns its id; with a dedup_key held by a live item
+ * (or completed within dedup_window) returns that item's id instead.
+ * NULL run_at means now, NULL expires_at means now() + item_ttl (or never),
+ * NULL max_attempts the queue's setting.
+ */
+Datum
+queue_enqueue(PG_FUNCTION_ARGS)
+{
+	char	   *queue_name = queue_check_name(PG_GETARG_DATUM(0), PG_ARGISNULL(0));
+	Datum		payload;
+	int32		priority;
+	TimestampTz run_at;
+	TimestampTz expires_at = 0;
+	bool		has_expires;
+	int32		max_attempts;
+	bool		has_key = !PG_ARGISNULL(4);
+	QueueConfig cfg;
+	int64		item_id = 0;
+	bool		found = false;
+	bool		inserted = false;
+
+	queue_check_not_null(PG_ARGISNULL(1), "payload");
+	queue_check_not_null(PG_ARGISNULL(2), "priority");
+	payload = PG_GETARG_DATUM(1);
+	priority = PG_GETARG_INT32(2);
+	queue_check_priority(priority);
+	queue_check_payload(payload, "payload");
+
+	queue_spi_connect();
+	queue_load_config(queue_name, &cfg);
+	queue_check_access(&cfg, QUEUE_ACCESS_PRODUCER);
+	resolve_common(&cfg, fcinfo, 3, 5, 6, &run_at, &has_expires, &expires_at, &max_attempts);
+
+	/* A key completed within the dedup window stands for its item. */
+	if (has_key && cfg.has_dedup_window)
+	{
+		Oid			wtypes[3] = {TEXTOID, TEXTOID, INTERVALOID};
+		Datum		wvalues[3];
+
+		wvalues[0] = CStringGetTextDatum(queue_name);
+		wvalues[1] = PG_GETARG_DATUM(4);
+		wvalues[2] = IntervalPGetDatum(&cfg.dedup_window);
+		if (SPI_execute_plan(queue_prepare_cached(&window_plan, WINDOW_SQL, 3, wtypes),
+							 wvalues, NULL, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "queue: dedup window lookup failed");
+		if (SPI_processed == 1)
+		{
+			bool		isnull;
+
+			item_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+												  SPI_tuptable->tupdesc, 1, &isnull));
+			found = true;
+		}
+	}
+
+	for (int tries = 0; !found && tries < DEDUP_RETRIES; tries++)
+	{
+		Oid			argtypes[8] = {TEXTOID, INT4OID, TIMESTAMPTZOID, INT4OID,
+		TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID};
+		Datum		values[8];
+		char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+		Oid			htypes[2] = {TEXTOID, TEXTOID};
+		Datum		hvalues[2];
+		bool		isnull;
+
+		values[0] = CStringGetTextDatum(queue_name);
+		values[1] = Int32GetDatum(priority);
+		values[2] = TimestampTzGetDatum(run_at);
+		values[3] = Int32GetDatum(max_attempts);
+		values[4] = TimestampTzGetDatum(expires_at);
+		if (!has_expires)
+			nulls[4] = 'n';
+		values[5] = has_key ? PG_GETARG_DATUM(4) : (Datum) 0;
+		if (!has_key)
+			nulls[5] = 'n';
+		values[6] = PG_ARGISNULL(7) ? (Datum) 0 : PG_GETARG_DATUM(7);
+		if (PG_ARGISNULL(7))
+			nulls[6] = 'n';
+		values[7] = payload;
+
+		if (SPI_execute_plan(queue_prepare_cached(&insert_plan, INSERT_SQL, 8, argtypes),
+							 values, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
+			elog(ERROR, "queue: inserting item failed");
+		if (SPI_processed == 1)
+		{
+			item_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+												  SPI_tuptable->tupdesc, 1, &isnull));
+			found = inserted = true;
+			break;
+		}
+
+		/* The key is taken: return the live holder's id. */
+		hvalues[0] = values[0];
+		hvalues[1] = values[5];
+		if (SPI_execute_plan(queue_prepare_cached(&holder_plan, HOLDER_SQL, 2, htypes),
+							 hvalues, NULL, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "queue: dedup lookup failed");
+		if (SPI_processed == 1)
+		{
+			item_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+												  SPI_tuptable->tupdesc, 1, &isnull));
+			found = true;
+		}
+		/* else the holder finished between the two statements: try again */
+		CHECK_FOR_INTERRUPTS();
+	}
+	if (!found)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not settle dedup_key conflict on queue \"%s\"", queue_name),
+				 errhint("Retry the transaction.")));
+
+	if (inserted)
+	{
+		queue_log_event(queue_name, cfg.audit, item_id, "enqueued", NULL, 0, NULL);
+		if (cfg.notify)
+			notify_queue(queue_name);
+	}
+	queue_spi_finish();
+	PG_RETURN_INT64(item_id);
+}
+
+/*
+ * Look dedup keys up with `plan` (rows of (key, id)) and record the id of
+ * every position whose key is found and has no id yet.
+ */
+static void
+resolve_keys(SPIPlanPtr plan, Datum *values, int n, Datum *keys, bool *key_nulls,
+			 int64 *ids)
+{
+	if (SPI_execute_plan(plan, values, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "queue: dedup lookup failed");
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		char	   *key = SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
+		int64		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
+													 SPI_tuptable->tupdesc, 2, &isnull));
+
+		for (int i = 0; i < n; i++)
+		{
+			if (ids[i] == 0 && !key_nulls[i] &&
+				strcmp(TextDatumGetCString(keys[i]), key) == 0)
+				ids[i] = id;
+		}
+	}
+}
+
+/*
+ * queue.enqueue_batch(queue_name text, payloads jsonb[], priority int = 2,
+ *					   run_at timestamptz = now(), dedup_keys text[] = NULL,
+ *					   expires_at timestamptz = NULL,
+ *					   max_attempts int = NULL) returns setof bigint
+ *
+ * Adds many items in one statement and returns their ids in input order.
+ * dedup_keys, when given, has one element per payload (NULL = no key); a
+ * key repeated inside the batch yields the first one's id each time.
+ */
+Datum
+queue_enqueue_batch(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *queue_name = queue_check_name(PG_GETARG_DATUM(0), PG_ARGISNULL(0));
+	ArrayType  *payload_arr;
+	Datum	   *payloads;
+	bool	   *payload_nulls;
+	int			n;
+	Datum	   *keys = NULL;
+	bool	   *key_nulls = NULL;
+	bool		any_key = false;
+	int32		priority;
+	TimestampTz run_at;
+	TimestampTz expires_at = 0;
+	bool		has_expires;
+	int32		max_attempts;
+	QueueConfig cfg;
+	int64	   *ids;
+	bool	   *to_insert;
+	int			ninserted = 0;
+	MemoryContext callcxt = CurrentMemoryContext;
+
+	queue_check_not_null(PG_ARGISNULL(1), "payloads");
+	queue_check_not_null(PG_ARGISNULL(2), "priority");
+	priority = PG_GETARG_INT32(2);
+	queue_check_priority(priority);
+
+	payload_arr = PG_GETARG_ARRAYTYPE_P(1);
+	if (ARR_NDIM(payload_arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("payloads must be a one-dimensional array")));
+	deconstruct_array(payload_arr, JSONBOID, -1, false, TYPALIGN_INT,
+					  &payloads, &payload_nulls, &n);
+	for (int i = 0; i < n; i++)
+	{
+		char		argname[64];
+
+		snprintf(argname, sizeof(argname), "payloads[%d]", i + 1);
+		queue_check_not_null(payload_nulls[i], argname);
+		queue_check_payload(payloads[i], argname);
+	}
+
+	if (!PG_ARGISNULL(4))
+	{
+		ArrayType  *key_arr = PG_GETARG_ARRAYTYPE_P(4);
+		int			nkeys;
+
+		if (ARR_NDIM(key_arr) > 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("dedup_keys must be a one-dimensional array")));
+		deconstruct_array(key_arr, TEXTOID, -1, false, TYPALIGN_INT,
+						  &keys, &key_nulls, &nkeys);
+		if (nkeys != n)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("dedup_keys has %d elements but payloads has %d", nkeys, n),
+					 errhint("Pass one key per payload, NULL for items without a key.")));
+		for (int i = 0; i < n; i++)
+			any_key |= !key_nulls[i];
+	}
+	else
+	{
+		keys = palloc0(sizeof(Datum) * Max(n, 1));
+		key_nulls = palloc(sizeof(bool) * Max(n, 1));
+		memset(key_nulls, true, sizeof(bool) * Max(n, 1));
+	}
+
+	/* NB: allocated before SPI_connect, so they outlive SPI_finish */
+	ids = palloc0(sizeof(int64) * Max(n, 1));
+	to_insert = palloc0(sizeof(bool) * Max(n, 1));
+
+	queue_spi_connect();
+	queue_load_config(queue_name, &cfg);
+	queue_check_access(&cfg, QUEUE_ACCESS_PRODUCER);
+	resolve_common(&cfg, fcinfo, 3, 5, 6, &run_at, &has_expires, &expires_at, &max_attempts);
+
+	if (n > 0)
+	{
+		Oid			ktypes[3] = {TEXTOID, TEXTARRAYOID, INTERVALOID};
+		Datum		kvalues[3];
+		Oid			itypes[8] = {TEXTOID, INT8ARRAYOID, JSONBARRAYOID, INT4OID,
+		TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TEXTARRAYOID};
+		Datum		ivalues[8];
+		char		inulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+		Datum	   *new_ids;
+		bool	   *new_id_nulls;
+		Datum	   *ins_ids;
+		bool	   *ins_id_nulls;
+		int			nnew;
+		Oid			idtype = INT4OID;
+		Datum		nval = Int32GetDatum(n);
+		bool		isnull;
+
+		kvalues[0] = CStringGetTextDatum(queue_name);
+		kvalues[1] = PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4);
+		kvalues[2] = IntervalPGetDatum(&cfg.dedup_window);
+
+		/* Keys completed within the dedup window keep their old ids. */
+		if (any_key && cfg.has_dedup_window)
+			resolve_keys(queue_prepare_cached(&batch_window_plan, BATCH_WINDOW_SQL, 3, ktypes),
+						 kvalues, n, keys, key_nulls, ids);
+
+		/* Ids for all the rest, drawn in input order. */
+		if (SPI_execute_plan(queue_prepare_cached(&ids_plan, IDS_SQL, 1, &idtype),
+							 &nval, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "queue: drawing item ids failed");
+		deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0],
+														   SPI_tuptable->tupdesc, 1, &isnull)),
+						  INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+						  &new_ids, &new_id_nulls, &nnew);
+		if (nnew != n)
+			elog(ERROR, "queue: drew %d item ids for %d payloads", nnew, n);
+
+		ins_ids = palloc(sizeof(Datum) * n);
+		ins_id_nulls = palloc(sizeof(bool) * n);
+		for (int i = 0; i < n; i++)
+		{
+			to_insert[i] = (ids[i] == 0);
+			ins_ids[i] = new_ids[i];
+			ins_id_nulls[i] = !to_insert[i];
+		}
+
+		ivalues[0] = CStringGetTextDatum(queue_name);
+		ivalues[1] = PointerGetDatum(construct_md_array(ins_ids, ins_id_nulls, 1, &n,
+														(int[]){1}, INT8OID, 8,
+														FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		ivalues[2] = PointerGetDatum(payload_arr);
+		ivalues[3] = Int32GetDatum(priority);
+		ivalues[4] = TimestampTzGetDatum(run_at);
+		ivalues[5] = Int32GetDatum(max_attempts);
+		ivalues[6] = TimestampTzGetDatum(expires_at);
+		if (!has_expires)
+			inulls[6] = 'n';
+		ivalues[7] = PointerGetDatum(construct_md_array(keys, key_nulls, 1, &n,
+														(int[]){1}, TEXTOID, -1,
+														false, TYPALIGN_INT));
+		if (SPI_execute_plan(queue_prepare_cached(&batch_insert_plan, BATCH_INSERT_SQL, 8, itypes),
+							 ivalues, inulls, false, 0) != SPI_OK_INSERT_RETURNING)
+			elog(ERROR, "queue: inserting items failed");
+		ninserted = (int) SPI_processed;
+
+		/* Mark what went in; a position that did not lost a dedup race. */
+		if (ninserted == n)
+		{
+			for (int i = 0; i < n; i++)
+				ids[i] = DatumGetInt64(new_ids[i]);
+		}
+		else
+		{
+			for (uint64 r = 0; r < SPI_processed; r++)
+			{
+				int64		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
+															 SPI_tuptable->tupdesc, 1, &isnull));
+
+				for (int i = 0; i < n; i++)
+					if (to_insert[i] && DatumGetInt64(new_ids[i]) == id)
+						ids[i] = id;
+			}
+			for (int i = 0; i < n; i++)
+				to_insert[i] = to_insert[i] && ids[i] != 0;
+			resolve_keys(queue_prepare_cached(&batch_holder_plan, BATCH_HOLDER_SQL, 2, ktypes),
+						 kvalues, n, keys, key_nulls, ids);
+			for (int i = 0; i < n; i++)
+				if (ids[i] == 0)
+					ereport(ERROR,
+							(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+							 errmsg("could not settle dedup_key conflict on queue \"%s\"", queue_name),
+							 errhint("Retry the transaction.")));
+		}
+
+		if (ninserted > 0)
+		{
+			if (cfg.audit == 'a')
+			{
+				Oid			etypes[2] = {TEXTOID, INT8ARRAYOID};
+				Datum		evalues[2];
+				Datum	   *evt_ids = palloc(sizeof(Datum) * n);
+				int			ne = 0;
+
+				for (int i = 0; i < n; i++)
+					if (to_insert[i])
+						evt_ids[ne++] = Int64GetDatum(ids[i]);
+				evalues[0] = ivalues[0];
+				evalues[1] = PointerGetDatum(construct_array(evt_ids, ne, INT8OID, 8,
+															 FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+				if (SPI_execute_plan(queue_prepare_cached(&batch_event_plan, BATCH_EVENT_SQL, 2, etypes),
+									 evalues, NULL, false, 0) != SPI_OK_INSERT)
+					elog(ERROR, "queue: recording events failed");
+			}
+			if (cfg.notify)
+				notify_queue(queue_name);
+		}
+	}
+	queue_spi_finish();
+
+	/* Hand the ids back in input order. */
+	{
+		MemoryContext oldcxt = MemoryContextSwitchTo(callcxt);
+
+		InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+		for (int i = 0; i < n; i++)
+		{
+			Datum		v = Int64GetDatum(ids[i]);
+			bool		isnull = false;
+
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &v, &isnull);
+		}
+		MemoryContextSwitchTo(oldcxt);
+	}
+	return (Datum) 0;
+}

@@ -1,0 +1,125 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue.c
+ *		Module entry point: GUCs and the SPI plan cache shared by the
+ *		hot-path files.
+ *
+ * Plans are prepared on first use in a backend and kept for its lifetime
+ * with SPI_keepplan; the plan cache revalidates them by itself after DDL on
+ * the extension's tables.  Every statement takes its values as parameters.
+ *
+ * GUCs (both superuser-settable):
+ *	queue.max_payload_bytes		largest stored payload (pg_column_size)
+ *	queue.worker_offline_after	seconds without a sign of life before a
+ *								worker counts as offline (accepts units)
+ *
+ * src/queue.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+
+#include "queue.h"
+
+PG_MODULE_MAGIC;
+
+PG_FUNCTION_INFO_V1(queue_caller);
+PG_FUNCTION_INFO_V1(queue_worker_offline_after_seconds);
+
+int			queue_max_payload_bytes = QUEUE_DEFAULT_MAX_PAYLOAD_BYTES;
+int			queue_worker_offline_after = QUEUE_DEFAULT_WORKER_OFFLINE_AFTER;
+
+void		_PG_init(void);
+
+void
+_PG_init(void)
+{
+	DefineCustomIntVariable("queue.max_payload_bytes",
+							"Largest payload, in bytes of stored jsonb, that enqueue accepts.",
+							NULL,
+							&queue_max_payload_bytes,
+							QUEUE_DEFAULT_MAX_PAYLOAD_BYTES,
+							1, MaxAllocSize,
+							PGC_SUSET,
+							GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("queue.worker_offline_after",
+							"Time without a sign of life after which a worker is offline.",
+							"The sweeper then releases the worker's leases at once.",
+							&queue_worker_offline_after,
+							QUEUE_DEFAULT_WORKER_OFFLINE_AFTER,
+							1, INT_MAX,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("queue");
+}
+
+/*
+ * queue_prepare_cached
+ *		Return the plan kept in *slot, preparing and keeping it on first use.
+ *
+ * Must be called inside an SPI connection.
+ */
+SPIPlanPtr
+queue_prepare_cached(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes)
+{
+	if (*slot == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+
+		if (plan == NULL)
+			elog(ERROR, "queue: SPI_prepare failed: %s",
+				 SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "queue: SPI_keepplan failed");
+		*slot = plan;
+	}
+	return *slot;
+}
+
+void
+queue_spi_connect(void)
+{
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "queue: SPI_connect failed");
+}
+
+void
+queue_spi_finish(void)
+{
+	if (SPI_finish() != SPI_OK_FINISH)
+		elog(ERROR, "queue: SPI_finish failed");
+}
+
+/*
+ * queue._caller() returns oid
+ *
+ * The role that called into the extension: the user in effect outside any
+ * SECURITY DEFINER function (the login role, or the role set with SET
+ * ROLE).  The access checks of the SQL-language functions use it.
+ */
+Datum
+queue_caller(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_OID(GetOuterUserId());
+}
+
+/*
+ * queue._worker_offline_after() returns int
+ *
+ * Current value of queue.worker_offline_after in seconds; calling it loads
+ * the module, so the GUC's units are understood even in a fresh backend.
+ */
+Datum
+queue_worker_offline_after_seconds(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT32(queue_worker_offline_after);
+}

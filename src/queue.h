@@ -1,0 +1,106 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue.h
+ *		Shared declarations of the queue extension.
+ *
+ * The C side of the extension serves the hot path (enqueue, dequeue,
+ * complete, fail) and the checks every call makes (names, arguments,
+ * queue settings, per-queue access).  Everything runs through SPI with
+ * plans prepared once per backend and kept; no statement text is ever
+ * built from an argument.  Every SQL-callable C function is declared with
+ * SET search_path = pg_catalog, pg_temp, so the statements' unqualified
+ * operators and functions resolve to the built-in ones (access.c, reached
+ * from views under the caller's search_path, qualifies its operators).
+ *
+ * src/queue.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef QUEUE_H
+#define QUEUE_H
+
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "utils/timestamp.h"
+
+/* Limits of the public contract. */
+#define QUEUE_NAME_MAXLEN		47
+#define QUEUE_PRIORITY_MIN		0
+#define QUEUE_PRIORITY_MAX		1000
+#define QUEUE_BATCH_MAX			10000
+#define QUEUE_DEFAULT_PRIORITY	2
+
+/* GUC defaults. */
+#define QUEUE_DEFAULT_MAX_PAYLOAD_BYTES		1048576
+#define QUEUE_DEFAULT_WORKER_OFFLINE_AFTER	120
+
+/* Access kinds of the per-queue grants. */
+typedef enum QueueAccess
+{
+	QUEUE_ACCESS_READER,
+	QUEUE_ACCESS_PRODUCER,
+	QUEUE_ACCESS_WORKER
+} QueueAccess;
+
+/*
+ * What the hot path needs of one queue's settings and state, read fresh by
+ * every call (one primary-key probe) so that pause, breaker and alter take
+ * effect at once in every backend.
+ */
+typedef struct QueueConfig
+{
+	char	   *queue_name;			/* validated name */
+	Interval	lease_timeout;		/* default lease */
+	int32		max_attempts;		/* default per item */
+	double		backoff_base_s;		/* backoff base, seconds */
+	double		backoff_factor;		/* growth per attempt */
+	double		backoff_max_s;		/* backoff cap, seconds */
+	double		backoff_jitter;		/* +/- fraction */
+	bool		has_item_ttl;		/* item_ttl set? */
+	Interval	item_ttl;
+	bool		has_dedup_window;	/* dedup_window set? */
+	Interval	dedup_window;
+	int32		max_in_flight;		/* 0 = no cap */
+	bool		notify;				/* NOTIFY queue_<name> on enqueue */
+	char		audit;				/* 'a'll, 'f'ailures, 'n'one */
+	bool		has_breaker;		/* breaker_threshold set? */
+	bool		paused;				/* paused (manually or by the breaker) */
+	char		breaker_state;		/* 'c'losed, 'o'pen, 'p'robing */
+	bool		cooldown_over;		/* open breaker may send a probe */
+	bool		probe_lost;			/* probing, but the probe's lease ended */
+	int64		probe_item_id;		/* item handed out as the probe */
+	bool		restrict_reader;	/* per-queue grants exist, by kind */
+	bool		restrict_producer;
+	bool		restrict_worker;
+} QueueConfig;
+
+/* queue.c */
+extern int	queue_max_payload_bytes;
+extern int	queue_worker_offline_after;
+extern SPIPlanPtr queue_prepare_cached(SPIPlanPtr *slot, const char *sql,
+									   int nargs, Oid *argtypes);
+extern void queue_spi_connect(void);
+extern void queue_spi_finish(void);
+
+/* validate.c */
+extern char *queue_check_name(Datum name_datum, bool isnull);
+extern void queue_check_not_null(bool isnull, const char *argname);
+extern void queue_check_priority(int32 priority);
+extern void queue_check_payload(Datum payload, const char *argname);
+extern void queue_check_positive_interval(Interval *iv, const char *argname);
+extern double queue_interval_seconds(const Interval *iv);
+
+/* config.c */
+extern void queue_load_config(const char *queue_name, QueueConfig *cfg);
+
+/* access.c */
+extern void queue_check_access(const QueueConfig *cfg, QueueAccess access);
+
+/* enqueue.c */
+extern void queue_log_event(const char *queue_name, char audit, int64 item_id,
+							const char *kind, const char *worker,
+							int32 attempt, const char *details_json);
+extern bool queue_audit_keeps(char audit, const char *kind);
+
+#endif							/* QUEUE_H */

@@ -1,0 +1,170 @@
+/*-------------------------------------------------------------------------
+ *
+ * validate.c
+ *		Argument checks shared by every SQL-callable function.
+ *
+ * Each rule of the public contract is checked in one place here, so the
+ * message, SQLSTATE and hint for a given mistake are the same whichever
+ * function it was made in.  Checks run before anything is written: a
+ * rejected call changes nothing.
+ *
+ * src/validate.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/detoast.h"
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+
+#include "queue.h"
+
+PG_FUNCTION_INFO_V1(queue_check_name_sql);
+
+/*
+ * Is this a valid queue name?  ^[a-z][a-z0-9_]{0,46}$, so that the NOTIFY
+ * channel queue_<name> fits in NAMEDATALEN.
+ */
+static inline bool
+queue_name_is_valid(const char *name, int len)
+{
+	if (len < 1 || len > QUEUE_NAME_MAXLEN)
+		return false;
+	if (!(name[0] >= 'a' && name[0] <= 'z'))
+		return false;
+	for (int i = 1; i < len; i++)
+	{
+		char		c = name[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * queue_check_name
+ *		Validate a queue name argument and return it as a C string.
+ */
+char *
+queue_check_name(Datum name_datum, bool isnull)
+{
+	text	   *t;
+	char	   *name;
+
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("queue_name must not be null")));
+
+	t = DatumGetTextPP(name_datum);
+	name = text_to_cstring(t);
+	if (!queue_name_is_valid(name, (int) strlen(name)) ||
+		(int) strlen(name) != (int) VARSIZE_ANY_EXHDR(t))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid queue name \"%s\"", name),
+				 errdetail("A queue name is 1 to %d characters: a lower-case letter, then lower-case letters, digits or underscores.",
+						   QUEUE_NAME_MAXLEN),
+				 errhint("Use a name matching ^[a-z][a-z0-9_]{0,46}$, for example \"invoices\".")));
+	return name;
+}
+
+/*
+ * queue._check_name(queue_name text) returns text
+ *
+ * SQL face of queue_check_name for the PL/pgSQL functions.
+ */
+Datum
+queue_check_name_sql(PG_FUNCTION_ARGS)
+{
+	char	   *name = queue_check_name(PG_GETARG_DATUM(0), PG_ARGISNULL(0));
+
+	PG_RETURN_TEXT_P(cstring_to_text(name));
+}
+
+void
+queue_check_not_null(bool isnull, const char *argname)
+{
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", argname)));
+}
+
+void
+queue_check_priority(int32 priority)
+{
+	if (priority < QUEUE_PRIORITY_MIN || priority > QUEUE_PRIORITY_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("priority %d is out of range", priority),
+				 errhint("Priorities run from %d (most urgent) to %d.",
+						 QUEUE_PRIORITY_MIN, QUEUE_PRIORITY_MAX)));
+}
+
+/*
+ * queue_check_payload
+ *		A payload must be present and, stored, no larger than
+ *		queue.max_payload_bytes (the size pg_column_size reports).
+ */
+void
+queue_check_payload(Datum payload, const char *argname)
+{
+	Size		size = toast_datum_size(payload);
+
+	if (size > (Size) queue_max_payload_bytes)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("%s is %zu bytes, larger than queue.max_payload_bytes (%d)",
+						argname, size, queue_max_payload_bytes),
+				 errhint("Store large documents elsewhere and enqueue a reference to them.")));
+}
+
+/*
+ * queue_interval_seconds
+ *		An interval as seconds, months counted as 30 days.
+ */
+double
+queue_interval_seconds(const Interval *iv)
+{
+	return (double) iv->time / USECS_PER_SEC +
+		(double) iv->day * SECS_PER_DAY +
+		(double) iv->month * DAYS_PER_MONTH * SECS_PER_DAY;
+}
+
+/*
+ * queue_check_positive_interval
+ *		Durations such as a lease must be longer than zero.
+ */
+void
+queue_check_positive_interval(Interval *iv, const char *argname)
+{
+	if (queue_interval_seconds(iv) <= 0)
+	{
+		char	   *s = DatumGetCString(DirectFunctionCall1(interval_out,
+															IntervalPGetDatum(iv)));
+
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be positive, not \"%s\"", argname, s)));
+	}
+}
+
+PG_FUNCTION_INFO_V1(queue_check_payload_sql);
+
+/*
+ * queue._check_payload(payload jsonb) returns void
+ *
+ * The payload rules of enqueue (present, within queue.max_payload_bytes)
+ * for the SQL functions that create items (replay).
+ */
+Datum
+queue_check_payload_sql(PG_FUNCTION_ARGS)
+{
+	queue_check_not_null(PG_ARGISNULL(0), "payload");
+	queue_check_payload(PG_GETARG_DATUM(0), "payload");
+	PG_RETURN_VOID();
+}
