@@ -143,10 +143,13 @@ SELECT queue.enqueue('q_err', '{}', max_attempts => 0);
 \echo :LAST_ERROR_SQLSTATE
 SELECT queue.enqueue_batch('q_err', ARRAY['{}'::jsonb], max_attempts => -3);
 \echo :LAST_ERROR_SQLSTATE
+-- (the message shows the timestamp, so only the SQLSTATE is printed)
+\set VERBOSITY sqlstate
 SELECT queue.enqueue('q_err', '{}', expires_at => now() - interval '1 s');
 \echo :LAST_ERROR_SQLSTATE
 SELECT queue.enqueue_batch('q_err', ARRAY['{}'::jsonb], expires_at => now() - interval '1 day');
 \echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY terse
 SELECT queue.enqueue_batch('q_err', ARRAY['{}', '{}']::jsonb[], dedup_keys => ARRAY['a', 'b', 'c']);
 \echo :LAST_ERROR_SQLSTATE
 

@@ -57,7 +57,8 @@ SELECT queue.fail('q_lease', :lost, :t_lost, 'stale worker') IS NULL AS fail_is_
 SELECT queue.extend_lease('q_lease', :lost, :t_lost) IS NULL AS extend_is_null;
 SELECT queue.checkpoint('q_lease', :lost, :t_lost, '{"stale": true}');
 SELECT queue.release('q_lease', :lost, :t_lost);
-SELECT state, worker, attempt, last_error, coalesce(progress ? 'stale', false) AS stale_progress
+SELECT state, worker, attempt, last_error IS DISTINCT FROM 'stale worker' AS error_untouched,
+       coalesce(progress ? 'stale', false) AS stale_progress
   FROM queue.items WHERE queue_name = 'q_lease' AND item_id = :lost;
 
 -- case: the current token works
