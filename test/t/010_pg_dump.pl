@@ -116,50 +116,60 @@ $node->command_ok(
 	  $node->connstr('dst_plain') ],
 	'plain dump restored with psql');
 
+# Runs SQL in a restored database without dying on errors, so that one
+# broken step does not hide the remaining checks: returns the output, or the
+# error text prefixed with ERROR.
+sub query_db
+{
+	my ($db, $sql) = @_;
+	my ($ret, $out, $err) = $node->psql($db, $sql);
+	return $ret == 0 ? $out : "ERROR: $err";
+}
+
 foreach my $db ('dst_custom', 'dst_plain')
 {
-	is($node->safe_psql($db, $snapshot_sql), $before,
+	is(query_db($db, $snapshot_sql), $before,
 		"$db: queues, items, states, history, dead letters and events intact");
 
-	is($node->safe_psql($db, qq{SELECT state FROM queue.item('dumped', $held)}),
+	is(query_db($db, qq{SELECT state FROM queue.item('dumped', $held)}),
 		'on_hold', "$db: held item still on hold");
-	is($node->safe_psql($db, qq{SELECT state FROM queue.item('dumped', $dead)}),
+	is(query_db($db, qq{SELECT state FROM queue.item('dumped', $dead)}),
 		'dead', "$db: dead letter still dead");
-	is($node->safe_psql($db, qq{SELECT state FROM queue.item('dumped', $done)}),
+	is(query_db($db, qq{SELECT state FROM queue.item('dumped', $done)}),
 		'processed', "$db: processed item still in history");
 
 	# The lease taken before the dump is still the current one.
-	is($node->safe_psql($db, qq{SELECT queue.complete('dumped', $proc, $token{$proc} + 1)}),
+	is(query_db($db, qq{SELECT queue.complete('dumped', $proc, $token{$proc} + 1)}),
 		'f', "$db: a wrong token is still refused");
-	is($node->safe_psql($db, qq{SELECT queue.complete('dumped', $proc, $token{$proc}, '{"after": "restore"}')}),
+	is(query_db($db, qq{SELECT queue.complete('dumped', $proc, $token{$proc}, '{"after": "restore"}')}),
 		't', "$db: the lease token from before the dump completes its item");
 
 	# The queue still hands out work and completes it.
-	my $got = $node->safe_psql($db, q{
+	my $got = query_db($db, q{
 		SELECT item_id || ' ' || lease_token || ' ' || attempt
 		  FROM queue.dequeue('dumped', 'bot-2', batch_size => 10)});
 	my ($got_id, $got_token, $got_attempt) = split / /, $got;
 	is($got_id, $queued, "$db: dequeue returns the queued item, and only it");
 	is($got_attempt, 1, "$db: first attempt");
-	is($node->safe_psql($db, qq{SELECT queue.complete('dumped', $got_id, $got_token)}),
+	is(query_db($db, qq{SELECT queue.complete('dumped', $got_id, $got_token)}),
 		't', "$db: complete after restore");
 
 	# New items get new ids; dedup still knows the keys completed before the dump.
-	my $new = $node->safe_psql($db, q{SELECT queue.enqueue('dumped', '{"s": "new"}')});
-	ok($new > $other && $new > $sched && $new > $held, "$db: new ids do not collide with restored ones");
-	is($node->safe_psql($db, q{SELECT queue.enqueue('dumped', '{"s": "dup"}', dedup_key => 'k-done')}),
+	my $new = query_db($db, q{SELECT queue.enqueue('dumped', '{"s": "new"}')});
+	ok($new =~ /^\d+$/ && $new > $other && $new > $sched && $new > $held, "$db: new ids do not collide with restored ones");
+	is(query_db($db, q{SELECT queue.enqueue('dumped', '{"s": "dup"}', dedup_key => 'k-done')}),
 		$done, "$db: dedup_window still covers an item completed before the dump");
-	my $newclaim = $node->safe_psql($db, q{
+	my $newclaim = query_db($db, q{
 		SELECT item_id || ' ' || lease_token FROM queue.dequeue('dumped', 'bot-2')});
 	my ($nid, $ntok) = split / /, $newclaim;
 	is($nid, $new, "$db: the new item is claimed");
-	is($node->safe_psql($db, qq{SELECT queue.complete('dumped', $nid, $ntok)}),
+	is(query_db($db, qq{SELECT queue.complete('dumped', $nid, $ntok)}),
 		't', "$db: the new item completes");
 
 	# Dead letters can be replayed once.
-	my $replayed = $node->safe_psql($db, qq{SELECT queue.replay('dumped', $dead)});
+	my $replayed = query_db($db, qq{SELECT queue.replay('dumped', $dead)});
 	ok($replayed =~ /^\d+$/ && $replayed != $dead, "$db: dead letter replayed as a new item");
-	is($node->safe_psql($db, qq{SELECT progress IS NOT DISTINCT FROM (SELECT progress FROM queue.dead_letters
+	is(query_db($db, qq{SELECT progress IS NOT DISTINCT FROM (SELECT progress FROM queue.dead_letters
 		WHERE queue_name = 'dumped' AND item_id = $dead) FROM queue.items
 		WHERE queue_name = 'dumped' AND item_id = $replayed}),
 		't', "$db: the replayed item keeps its progress");
@@ -169,10 +179,10 @@ foreach my $db ('dst_custom', 'dst_plain')
 	like($err, qr/55000/, "$db: second replay is 55000");
 
 	# The other queue is intact too.
-	is($node->safe_psql($db, q{SELECT payload->>'s' FROM queue.dequeue('plain', 'bot-3')}),
+	is(query_db($db, q{SELECT payload->>'s' FROM queue.dequeue('plain', 'bot-3')}),
 		'other queue', "$db: the second queue works");
 
-	is($node->safe_psql($db, q{
+	is(query_db($db, q{
 		SELECT string_agg(payload->>'s' || '=' || state, ',' ORDER BY item_id)
 		  FROM queue.items WHERE queue_name = 'dumped'}),
 		'retrying=scheduled,scheduled=scheduled,held=on_hold,dead=queued',
