@@ -304,7 +304,10 @@ SELECT c.queue_name, c.lease_timeout, c.max_attempts, c.backoff_base, c.backoff_
        c.max_in_flight, c.retention, c.sla, c.notify, c.audit, c.breaker_threshold,
        c.breaker_window, c.breaker_min_samples, c.breaker_cooldown,
        c.paused, c.pause_reason, c.paused_at,
-       CASE c.breaker_state WHEN 'probing' THEN 'half_open' ELSE c.breaker_state END AS breaker_state,
+       CASE WHEN c.breaker_state = 'probing' THEN 'half_open'
+            WHEN c.breaker_state = 'open' AND c.breaker_opened_at + c.breaker_cooldown <= now()
+              THEN 'half_open'
+            ELSE c.breaker_state END AS breaker_state,
        c.created_at
   FROM queue.queue_config c
  WHERE queue._can_read(c.queue_name);

@@ -47,3 +47,233 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION queue.resume(text) IS 'Resumes a paused queue; closes an open circuit breaker';
+
+-- ======================================================================
+-- Fleet control: workers, heartbeats, draining, maintenance windows,
+-- offline recovery
+-- ======================================================================
+
+-- Validate a worker name argument.
+CREATE FUNCTION queue._check_worker(p_worker text)
+RETURNS text LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+BEGIN
+    IF p_worker IS NULL THEN
+        RAISE EXCEPTION 'worker must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_worker = '' THEN
+        RAISE EXCEPTION 'worker must not be empty'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Name the bot, for example ''bot-07''.';
+    END IF;
+    RETURN p_worker;
+END
+$$;
+
+-- Make sure a worker has a registry row; returns nothing.
+CREATE FUNCTION queue._touch_worker(p_worker text)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+BEGIN
+    INSERT INTO queue.worker_registry (worker) VALUES (p_worker)
+    ON CONFLICT (worker) DO NOTHING;
+END
+$$;
+
+CREATE FUNCTION queue.register_worker(worker text, queues text[] DEFAULT NULL,
+                                      capacity int DEFAULT NULL, info jsonb DEFAULT '{}')
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_worker text := queue._check_worker(register_worker.worker);
+    v_q text;
+BEGIN
+    IF register_worker.capacity IS NOT NULL AND register_worker.capacity < 1 THEN
+        RAISE EXCEPTION 'capacity must be at least 1, not %', register_worker.capacity
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass NULL for a worker without a limit.';
+    END IF;
+    FOREACH v_q IN ARRAY coalesce(register_worker.queues, '{}') LOOP
+        PERFORM queue._check_name(v_q);
+    END LOOP;
+    INSERT INTO queue.worker_registry AS w (worker, queues, capacity, info, last_seen)
+    VALUES (v_worker, register_worker.queues, register_worker.capacity,
+            coalesce(register_worker.info, '{}'), now())
+    ON CONFLICT (worker) DO UPDATE
+       SET queues = EXCLUDED.queues, capacity = EXCLUDED.capacity, info = EXCLUDED.info,
+           last_seen = now(), offline_handled_at = NULL;
+END
+$$;
+COMMENT ON FUNCTION queue.register_worker(text, text[], int, jsonb)
+    IS 'Registers a worker with its queues, capacity (most leases held at once) and info';
+
+CREATE FUNCTION queue.heartbeat(worker text)
+RETURNS int LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_worker text := queue._check_worker(heartbeat.worker);
+    q record;
+    v_n int;
+    v_total int := 0;
+BEGIN
+    INSERT INTO queue.worker_registry AS w (worker) VALUES (v_worker)
+    ON CONFLICT (worker) DO UPDATE SET last_seen = now(), offline_handled_at = NULL;
+    -- one statement per queue, each on the queue's leases of this worker
+    FOR q IN SELECT c.queue_name, c.lease_timeout FROM queue.queue_config c ORDER BY 1 LOOP
+        UPDATE queue.item_live i
+           SET lease_expires_at = now() + q.lease_timeout,
+               visible_at = now() + q.lease_timeout
+         WHERE i.queue_name = q.queue_name AND i.worker = v_worker
+           AND i.lease_token IS NOT NULL;
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_total := v_total + v_n;
+    END LOOP;
+    RETURN v_total;
+END
+$$;
+COMMENT ON FUNCTION queue.heartbeat(text)
+    IS 'Marks the worker alive and renews every lease it still holds; returns how many';
+
+CREATE FUNCTION queue.drain_worker(worker text)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_worker text := queue._check_worker(drain_worker.worker);
+BEGIN
+    INSERT INTO queue.worker_registry AS w (worker, draining, last_seen)
+    VALUES (v_worker, true, '-infinity')
+    ON CONFLICT (worker) DO UPDATE SET draining = true;
+END
+$$;
+COMMENT ON FUNCTION queue.drain_worker(text)
+    IS 'Gives the worker nothing new; its in-flight items finish normally';
+
+CREATE FUNCTION queue.undrain_worker(worker text)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_worker text := queue._check_worker(undrain_worker.worker);
+BEGIN
+    UPDATE queue.worker_registry w SET draining = false WHERE w.worker = v_worker;
+END
+$$;
+COMMENT ON FUNCTION queue.undrain_worker(text) IS 'Lets a drained worker claim items again';
+
+CREATE FUNCTION queue.add_maintenance(worker text, starts_at timestamptz, ends_at timestamptz,
+                                      reason text DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_worker text := queue._check_worker(add_maintenance.worker);
+    v_id bigint;
+BEGIN
+    IF add_maintenance.starts_at IS NULL OR add_maintenance.ends_at IS NULL THEN
+        RAISE EXCEPTION '% must not be null',
+                        CASE WHEN add_maintenance.starts_at IS NULL THEN 'starts_at' ELSE 'ends_at' END
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF add_maintenance.ends_at <= add_maintenance.starts_at THEN
+        RAISE EXCEPTION 'maintenance window ends (%) before it starts (%)',
+                        add_maintenance.ends_at, add_maintenance.starts_at
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass ends_at later than starts_at.';
+    END IF;
+    INSERT INTO queue.worker_registry AS w (worker, last_seen) VALUES (v_worker, '-infinity')
+    ON CONFLICT (worker) DO NOTHING;
+    INSERT INTO queue.maintenance_window (worker, starts_at, ends_at, reason)
+    VALUES (v_worker, add_maintenance.starts_at, add_maintenance.ends_at, add_maintenance.reason)
+    RETURNING window_id INTO v_id;
+    RETURN v_id;
+END
+$$;
+COMMENT ON FUNCTION queue.add_maintenance(text, timestamptz, timestamptz, text)
+    IS 'Adds a maintenance window inside which the worker gets nothing new; returns its id';
+
+-- Orphan recovery: the leases on this queue held by offline workers end now.
+-- Each counts as a failed attempt (dead letter lease_expired when it was the
+-- last); the items are claimable at once.  Returns how many were recovered.
+CREATE FUNCTION queue._recover_offline(p_queue text)
+RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_cutoff timestamptz := now() - make_interval(secs => queue._worker_offline_after());
+    r record;
+    v_n bigint := 0;
+BEGIN
+    FOR r IN
+        SELECT i.item_id, i.worker, i.attempt, i.max_attempts
+          FROM queue.item_live i
+          JOIN queue.worker_registry w ON w.worker = i.worker
+         WHERE i.queue_name = p_queue AND i.worker IS NOT NULL AND i.lease_token IS NOT NULL
+           AND w.last_seen < v_cutoff
+         ORDER BY i.item_id
+         LIMIT 10000
+           FOR UPDATE OF i SKIP LOCKED
+    LOOP
+        IF r.attempt >= r.max_attempts THEN
+            PERFORM queue._bury(p_queue, r.item_id, 'lease_expired', NULL, NULL);
+        ELSE
+            UPDATE queue.item_live i
+               SET lease_token = NULL, lease_expires_at = NULL, worker = NULL,
+                   visible_at = now(), run_at = now(), priority = i.base_priority,
+                   last_error = 'worker offline', error_code = 'worker_offline',
+                   errors = i.errors || jsonb_build_array(jsonb_build_object(
+                       'attempt', i.attempt, 'at', now(), 'worker', r.worker,
+                       'error', 'worker offline', 'error_code', 'worker_offline'))
+             WHERE i.queue_name = p_queue AND i.item_id = r.item_id;
+            INSERT INTO queue.failure_log (queue_name, item_id, attempt, worker, kind, error_code, error)
+            VALUES (p_queue, r.item_id, r.attempt, r.worker, 'offline', 'worker_offline', 'worker offline');
+            PERFORM queue._event(p_queue, r.item_id, 'recovered', r.worker, r.attempt,
+                                 jsonb_build_object('reason', 'worker_offline', 'worker', r.worker));
+        END IF;
+        PERFORM queue._raise_alert(p_queue, 'worker_offline',
+                                   format('worker %s went offline holding items of queue %s',
+                                          r.worker, p_queue),
+                                   jsonb_build_object('worker', r.worker));
+        UPDATE queue.worker_registry w SET offline_handled_at = now() WHERE w.worker = r.worker;
+        v_n := v_n + 1;
+    END LOOP;
+    RETURN v_n;
+END
+$$;
+
+CREATE VIEW queue.workers AS
+SELECT w.worker,
+       CASE
+         WHEN w.last_seen < now() - make_interval(secs => queue._worker_offline_after()) THEN 'offline'
+         WHEN w.draining THEN 'draining'
+         WHEN EXISTS (SELECT 1 FROM queue.maintenance_window m
+                       WHERE m.worker = w.worker AND m.starts_at <= now() AND m.ends_at > now())
+           THEN 'maintenance'
+         WHEN f.in_flight > 0 THEN 'active'
+         ELSE 'idle'
+       END AS status,
+       w.last_seen, f.in_flight, d.completed_24h, fl.failed_24h, d.mean_run_time,
+       CASE WHEN d.completed_24h + fl.failed_24h > 0
+            THEN round(d.completed_24h::numeric / (d.completed_24h + fl.failed_24h), 4) END
+         AS success_rate,
+       w.capacity, w.draining, w.queues, w.info, w.registered_at
+  FROM queue.worker_registry w
+ CROSS JOIN LATERAL (
+        SELECT count(*) AS in_flight
+          FROM queue.queue_config q
+          JOIN queue.item_live i ON i.queue_name = q.queue_name AND i.worker = w.worker
+         WHERE i.lease_token IS NOT NULL AND i.lease_expires_at > now()) f
+ CROSS JOIN LATERAL (
+        SELECT count(*) AS completed_24h, avg(h.completed_at - h.claimed_at) AS mean_run_time
+          FROM queue.item_done h
+         WHERE h.completed_at > now() - interval '24 hours' AND h.worker = w.worker) d
+ CROSS JOIN LATERAL (
+        SELECT count(*) AS failed_24h
+          FROM queue.failure_log x
+         WHERE x.at > now() - interval '24 hours' AND x.worker = w.worker) fl;
+COMMENT ON VIEW queue.workers
+    IS 'Every worker: status (active, idle, draining, maintenance, offline), in-flight items, 24 h results';
