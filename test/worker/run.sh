@@ -95,7 +95,7 @@ is() {
 }
 # like NAME TEXT PATTERN (grep -E)
 like() {
-	if printf '%s' "$2" | grep -Eq -- "$3"; then ok "$1"; else notok "$1" "text '$2'" "does not match /$3/"; fi
+	if printf '%s' "$2" | tr '\n' ' ' | grep -Eq -- "$3"; then ok "$1"; else notok "$1" "text '$2'" "does not match /$3/"; fi
 }
 want() { [ -z "$FILTER" ] || [[ "$1" == *"$FILTER"* ]]; }
 

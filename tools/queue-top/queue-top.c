@@ -263,7 +263,31 @@ draw_health(Frame *f)
 	PQclear(r);
 }
 
-/* The workers view, whatever columns it has. */
+/*
+ * An interval as text ("00:01:02.5", "1 day 02:00:00") in seconds, when it
+ * is a plain time of day; false if it has other parts.
+ */
+static bool
+interval_secs(const char *v, double *out)
+{
+	int			h,
+				m;
+	double		s;
+	int			used = 0;
+
+	if (sscanf(v, "%d:%d:%lf%n", &h, &m, &s, &used) == 3 && v[used] == '\0')
+	{
+		*out = h * 3600.0 + m * 60.0 + s;
+		return true;
+	}
+	return false;
+}
+
+#define JSONBOID		3802
+#define INTERVALOID		1186
+#define TIMESTAMPTZOID	1184
+
+/* The workers view, whatever columns it has (jsonb details left out). */
 static void
 draw_workers(Frame *f)
 {
@@ -286,12 +310,19 @@ draw_workers(Frame *f)
 		widths[c] = strlen(PQfname(r, c));
 		if (!strcmp(PQfname(r, c), "status"))
 			statuscol = c;
+		if (PQftype(r, c) == JSONBOID)
+		{
+			widths[c] = -1;
+			continue;
+		}
 		for (int i = 0; i < PQntuples(r) && i < MAX_ROWS_WORKERS; i++)
 		{
 			int			w = PQgetlength(r, i, c);
 
-			if (PQftype(r, c) == 1184)	/* timestamptz: shown as hh:mm:ss */
+			if (PQftype(r, c) == TIMESTAMPTZOID)	/* shown as hh:mm:ss */
 				w = 8;
+			if (PQftype(r, c) == INTERVALOID)	/* shown like 1.2s */
+				w = 7;
 			if (w > widths[c])
 				widths[c] = w > 30 ? 30 : w;
 		}
@@ -300,9 +331,10 @@ draw_workers(Frame *f)
 		size_t		pos = 0;
 
 		for (int c = 0; c < nf && pos < sizeof(line) - 40; c++)
-			pos += snprintf(line + pos, sizeof(line) - pos, "%s%-*.*s",
-							c ? " " : "", c ? widths[c] : 20, c ? widths[c] : 20,
-							c ? PQfname(r, c) : "WORKER");
+			if (widths[c] >= 0)
+				pos += snprintf(line + pos, sizeof(line) - pos, "%s%-*.*s",
+								c ? " " : "", c ? widths[c] : 20, c ? widths[c] : 20,
+								c ? PQfname(r, c) : "WORKER");
 		frame_line(f, C_BOLD C_CYAN, "%s", line);
 	}
 	if (PQntuples(r) == 0)
@@ -315,9 +347,21 @@ draw_workers(Frame *f)
 		{
 			const char *v = PQgetisnull(r, i, c) ? "-" : PQgetvalue(r, i, c);
 			char		t[16];
+			double		secs;
+
+			if (widths[c] < 0)
+				continue;
+			if (PQftype(r, c) == INTERVALOID && !PQgetisnull(r, i, c) && interval_secs(v, &secs))
+			{
+				char		num[32];
+
+				snprintf(num, sizeof(num), "%f", secs);
+				fmt_secs(t, sizeof(t), num, false);
+				v = t;
+			}
 
 			/* timestamps: the time of day is enough on screen */
-			if (PQftype(r, c) == 1184 && !PQgetisnull(r, i, c) && strlen(v) >= 19)
+			if (PQftype(r, c) == TIMESTAMPTZOID && !PQgetisnull(r, i, c) && strlen(v) >= 19)
 			{
 				snprintf(t, sizeof(t), "%.8s", v + 11);
 				v = t;
