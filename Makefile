@@ -43,8 +43,17 @@ PROVE_TESTS = test/t/*.pl
 PROVE_FLAGS = --timer
 
 PG_CONFIG ?= pg_config
-PGXS := $(shell $(PG_CONFIG) --pgxs)
+PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
+ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
+else
+# Without the server headers only `make test` and `make demo` work: they
+# install the build dependencies first.
+all install installcheck:
+	@echo "PostgreSQL server development files not found (pg_config: $(PG_CONFIG))."
+	@echo "Run 'make test' or 'make demo', which install them, or: apt-get install postgresql-server-dev-15"
+	@exit 1
+endif
 
 # Custom targets follow the PGXS include.
 

@@ -17,7 +17,9 @@
  * worker's capacity (its registry row locked, so sessions of one worker
  * serialise), the queue's max_in_flight (a transaction advisory lock on the
  * queue, so the count and the claim are atomic; taken only on queues with
- * a cap).
+ * a cap).  Both locks are tried, never waited for: a dequeuer that finds
+ * one held returns no rows, as SKIP LOCKED would, and the caller polls
+ * again.  Exactness of the caps thus never costs a blocked dequeue.
  *
  * src/dequeue.c
  *
@@ -112,9 +114,9 @@ static SPIPlanPtr claimed_event_plan = NULL;
 	"UPDATE queue.worker_registry SET last_seen = pg_catalog.now() " \
 	" WHERE worker = $1"
 
-/* capacity minus the leases the worker holds on any queue, under its row lock */
+/* the worker's row lock serialises the capacity check of its sessions */
 #define WORKER_LOCK_SQL \
-	"SELECT capacity FROM queue.worker_registry WHERE worker = $1 FOR UPDATE"
+	"SELECT capacity FROM queue.worker_registry WHERE worker = $1 FOR UPDATE SKIP LOCKED"
 
 #define WORKER_LOAD_SQL \
 	"SELECT pg_catalog.count(*) FROM queue.queue_config q " \
@@ -123,7 +125,7 @@ static SPIPlanPtr claimed_event_plan = NULL;
 	"   AND i.lease_expires_at > pg_catalog.now()"
 
 #define CAP_LOCK_SQL \
-	"SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext($1), 1903520101)"
+	"SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext($1), 1903520101)"
 
 #define IN_FLIGHT_SQL \
 	"SELECT pg_catalog.count(*) FROM queue.item_live " \
@@ -132,13 +134,15 @@ static SPIPlanPtr claimed_event_plan = NULL;
 
 /* half-open: the first dequeue after the cooldown becomes the probe */
 #define PROBE_SQL \
-	"UPDATE queue.queue_config SET breaker_state = 'probing', probe_item_id = NULL, " \
+	"WITH c AS (SELECT queue_name FROM queue.queue_config " \
+	"            WHERE queue_name = $1 AND paused " \
+	"              AND ((breaker_state = 'open' " \
+	"                    AND breaker_opened_at + breaker_cooldown <= now()) " \
+	"                OR (breaker_state = 'probing' AND probe_expires_at <= now())) " \
+	"              FOR UPDATE SKIP LOCKED) " \
+	"UPDATE queue.queue_config q SET breaker_state = 'probing', probe_item_id = NULL, " \
 	"       probe_expires_at = 'infinity' " \
-	" WHERE queue_name = $1 AND paused " \
-	"   AND ((breaker_state = 'open' " \
-	"         AND breaker_opened_at + breaker_cooldown <= pg_catalog.now()) " \
-	"     OR (breaker_state = 'probing' " \
-	"         AND probe_expires_at <= pg_catalog.now()))"
+	"  FROM c WHERE q.queue_name = c.queue_name"
 
 #define PROBE_SET_SQL \
 	"UPDATE queue.queue_config SET probe_item_id = $2, probe_expires_at = $3 " \
@@ -232,8 +236,11 @@ worker_allowance(Datum worker)
 		int64		held;
 
 		if (SPI_execute_plan(queue_prepare_cached(&worker_lock_plan, WORKER_LOCK_SQL, 1, argtypes),
-							 &worker, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+							 &worker, NULL, false, 1) != SPI_OK_SELECT)
 			elog(ERROR, "queue: locking worker failed");
+		/* another session of this worker is claiming: skip, like SKIP LOCKED */
+		if (SPI_processed == 0)
+			return 0;
 		capacity = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
 											   1, &isnull));
 		if (isnull)
@@ -339,7 +346,9 @@ queue_dequeue(PG_FUNCTION_ARGS)
 		Oid			t[1] = {TEXTOID};
 		int64		in_flight;
 
-		(void) run_bool(queue_prepare_cached(&cap_lock_plan, CAP_LOCK_SQL, 1, t), &qname, false);
+		/* another dequeuer holds the cap: return nothing, like SKIP LOCKED */
+		if (!run_bool(queue_prepare_cached(&cap_lock_plan, CAP_LOCK_SQL, 1, t), &qname, false))
+			goto undo_probe;
 		in_flight = run_count(queue_prepare_cached(&in_flight_plan, IN_FLIGHT_SQL, 1, t), &qname);
 		if (in_flight >= cfg.max_in_flight)
 			goto undo_probe;

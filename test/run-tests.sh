@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# test/run-tests.sh -- every test of queue, behind `make test`.
+#
+# Installs missing build dependencies (test/deps.sh), builds and installs
+# the extension and its tools, then runs, each on throw-away PostgreSQL
+# instances with pg_cron preloaded:
+#   1. pg_regress      sql/*.sql against expected/*.out
+#   2. isolation       test/specs/*.spec against test/expected/*.out
+#   3. TAP             test/t/*.pl (crash recovery, concurrency, faults)
+#   4. tools           test/worker/run.sh (queue-worker, queue-top)
+# initdb refuses to run as root, so as root the suites run as the postgres
+# OS user in a scratch copy of the tree.  Exits non-zero if any test
+# failed; failing diffs and logs are printed.
+#
+#   SUITES="regress isolation tap tools"   choose suites (default: all)
+
+set -u
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+SUITES=${SUITES:-"regress isolation tap tools"}
+cd "$REPO"
+
+test/deps.sh || exit 1
+if ! command -v pg_config >/dev/null 2>&1; then
+	export PATH="/usr/lib/postgresql/15/bin:$PATH"
+fi
+PG_CONFIG=${PG_CONFIG:-pg_config}
+
+make -s PG_CONFIG="$PG_CONFIG" >/dev/null || { echo "build failed"; make PG_CONFIG="$PG_CONFIG"; exit 1; }
+if [ "$(id -u)" = 0 ]; then
+	make -s PG_CONFIG="$PG_CONFIG" install >/dev/null || { echo "install failed"; exit 1; }
+fi
+
+# Where the suites run: the tree itself, or a copy the postgres user owns.
+RUN_AS=()
+WORK="$REPO"
+if [ "$(id -u)" = 0 ]; then
+	WORK=$(mktemp -d /tmp/queue-test.XXXXXX)
+	cp -a "$REPO/." "$WORK/"
+	chown -R postgres "$WORK"
+	RUN_AS=(runuser -u postgres --)
+fi
+
+passed=0
+failed=0
+failed_suites=
+LOGDIR=$(mktemp -d /tmp/queue-test-logs.XXXXXX)
+chmod 777 "$LOGDIR"
+
+# Count "... ok" / "... FAILED" lines of pg_regress-style output.
+count_regress() {
+	local log=$1
+	local ok bad
+	ok=$(grep -cE '^(ok|test|     |[a-z_0-9]+ )?.*\.\.\. ok' "$log" || true)
+	bad=$(grep -cE '\.\.\. FAILED' "$log" || true)
+	passed=$((passed + ok))
+	failed=$((failed + bad))
+}
+
+run_suite() {
+	local name=$1
+	shift
+	local log="$LOGDIR/$name.log"
+	echo "=== $name"
+	if "${RUN_AS[@]}" "$@" >"$log" 2>&1; then
+		status=0
+	else
+		status=1
+	fi
+	cat "$log"
+	case $name in
+		regress | isolation) count_regress "$log" ;;
+		tap)
+			t_ok=$(grep -cE '^test/t/.* ok' "$log" || true)
+			t_bad=$(grep -cE '^test/t/.* (Failed|Dubious|No subtests)' "$log" || true)
+			passed=$((passed + t_ok)); failed=$((failed + t_bad)) ;;
+		tools)
+			t_ok=$(grep -cE '^ok ' "$log" || true)
+			t_bad=$(grep -cE '^not ok ' "$log" || true)
+			passed=$((passed + t_ok)); failed=$((failed + t_bad)) ;;
+	esac
+	if [ $status != 0 ]; then
+		failed_suites="$failed_suites $name"
+		# a suite that failed without a counted failure still fails the run
+		[ "$failed" = 0 ] && failed=1
+		for d in "$WORK/regression.diffs" "$WORK/output_iso/regression.diffs"; do
+			[ -s "$d" ] && { echo "--- $d"; head -c 20000 "$d"; }
+		done
+		for l in "$WORK"/tmp_check/log/*; do
+			[ -f "$l" ] && grep -l -E 'not ok|Failed test' "$l" >/dev/null 2>&1 &&
+				{ echo "--- $l"; tail -n 40 "$l"; }
+		done
+	fi
+}
+
+MK=(make -C "$WORK" PG_CONFIG="$PG_CONFIG" installcheck)
+for s in $SUITES; do
+	case $s in
+		regress) run_suite regress "${MK[@]}" ISOLATION= TAP_TESTS= ;;
+		isolation) run_suite isolation "${MK[@]}" REGRESS= TAP_TESTS= ;;
+		tap) run_suite tap "${MK[@]}" REGRESS= ISOLATION= ;;
+		tools) [ -x test/worker/run.sh ] && run_suite tools bash "$WORK/test/worker/run.sh" ;;
+		*) echo "unknown suite $s"; exit 2 ;;
+	esac
+done
+
+[ "$WORK" != "$REPO" ] && [ -z "$failed_suites" ] && rm -rf "$WORK"
+echo
+[ -n "$failed_suites" ] && echo "failed suites:$failed_suites (logs in $LOGDIR)"
+echo "tests: $passed passed, $failed failed"
+[ -z "$failed_suites" ]
