@@ -29,11 +29,16 @@ SELECT item_id = :r1 AS got_replay, attempt, max_attempts, progress
 SELECT state FROM queue.item('q_dlq', :d1);
 
 -- case: replaying it again is an error (55000) and creates nothing
+-- (the message names item ids, so only the SQLSTATE is printed)
 SELECT count(*) AS items_before FROM queue.items WHERE queue_name = 'q_dlq';
+\set VERBOSITY sqlstate
 SELECT queue.replay('q_dlq', :d1);
 \echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY terse
+\set VERBOSITY sqlstate
 SELECT queue.replay('q_dlq', :d1);
 \echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY terse
 SELECT count(*) AS items_after FROM queue.items WHERE queue_name = 'q_dlq';
 
 -- case: replay with a corrected payload

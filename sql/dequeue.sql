@@ -69,6 +69,24 @@ SELECT queue.fail('q_deq', :older, :to1, 'try again', retry_in => '0 s');
 SELECT ordinality, payload->>'name' AS name, attempt
   FROM queue.dequeue('q_deq', 'w1', batch_size => 10) WITH ORDINALITY;
 
+-- case: with priority_aging an item's effective priority drops by one per period waited,
+-- so an older low-priority item overtakes a newer higher-priority one
+SELECT queue.create_queue('q_aging', priority_aging => '500 ms');
+SELECT queue.create_queue('q_no_aging');
+SELECT queue.enqueue('q_aging', '{"name": "old p5"}', priority => 5) AS old5 \gset
+SELECT queue.enqueue('q_no_aging', '{"name": "old p5"}', priority => 5) AS old5n \gset
+SELECT pg_sleep(1.1);
+SELECT queue.enqueue('q_aging', '{"name": "new p4"}', priority => 4) AS new4 \gset
+SELECT queue.enqueue('q_no_aging', '{"name": "new p4"}', priority => 4) AS new4n \gset
+-- (aging may be computed at claim time or stored by sweep, so sweep runs first)
+SELECT count(*) > 0 AS swept FROM queue.sweep();
+SELECT ordinality, payload->>'name' AS name
+  FROM queue.dequeue('q_aging', 'w1', batch_size => 2) WITH ORDINALITY;
+SELECT ordinality, payload->>'name' AS name
+  FROM queue.dequeue('q_no_aging', 'w1', batch_size => 2) WITH ORDINALITY;
+SELECT queue.drop_queue('q_aging', force => true);
+SELECT queue.drop_queue('q_no_aging', force => true);
+
 -- case: batch_size limits the batch; the rest stays queued
 SELECT count(*) FROM queue.enqueue_batch('q_deq', array_fill('{"bulk": true}'::jsonb, ARRAY[25]));
 SELECT count(*) AS claimed FROM queue.dequeue('q_deq', 'w2', batch_size => 10);

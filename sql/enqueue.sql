@@ -88,4 +88,12 @@ RESET queue.max_payload_bytes;
 SELECT queue.enqueue('q_enq', jsonb_build_object('s', repeat('x', 135))) IS NOT NULL AS default_limit_ok;
 SELECT count(*) AS items FROM queue.items WHERE queue_name = 'q_enq';
 
+-- case: queue.max_payload_bytes is superuser-settable only
+CREATE ROLE regress_queue_plain;
+SET ROLE regress_queue_plain;
+SET queue.max_payload_bytes = 10;
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+DROP ROLE regress_queue_plain;
+
 SELECT queue.drop_queue('q_enq', force => true);

@@ -153,6 +153,11 @@ SELECT queue.enqueue_batch('q_err', ARRAY['{}'::jsonb], expires_at => now() - in
 SELECT queue.enqueue_batch('q_err', ARRAY['{}', '{}']::jsonb[], dedup_keys => ARRAY['a', 'b', 'c']);
 \echo :LAST_ERROR_SQLSTATE
 
+-- case: complete_batch needs as many tokens as ids (22023)
+SELECT queue.complete_batch('q_err', ARRAY[:e1, :e2]::bigint[], ARRAY[:t1]::bigint[]);
+\echo :LAST_ERROR_SQLSTATE
+SELECT state FROM queue.items WHERE queue_name = 'q_err' AND item_id = :e1;
+
 -- case: payloads over queue.max_payload_bytes are 54000
 SET queue.max_payload_bytes = 100;
 SELECT queue.enqueue('q_err', jsonb_build_object('s', repeat('x', 200)));
@@ -207,8 +212,10 @@ SELECT queue.drop_queue('q_err');
 -- case: 55000 for replaying a dead letter twice
 SELECT queue.fail('q_err', :e1, :t1, 'fatal', permanent => true);
 SELECT queue.replay('q_err', :e1) IS NOT NULL AS replayed;
+\set VERBOSITY sqlstate
 SELECT queue.replay('q_err', :e1);
 \echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY terse
 
 -- case: nothing above changed anything
 SELECT count(*) AS queues FROM queue.queues;
