@@ -90,6 +90,8 @@ CREATE UNIQUE INDEX item_live_dedup_idx
 -- leases by holder: heartbeat, offline recovery, capacity, in-flight counts
 CREATE INDEX item_live_worker_idx
     ON queue.item_live (queue_name, worker) WHERE worker IS NOT NULL;
+-- items with a deadline, for sweep's expiry (only items with expires_at pay for it)
+CREATE INDEX item_live_expires_idx ON queue.item_live (queue_name, expires_at) WHERE expires_at IS NOT NULL;
 
 ALTER TABLE queue.item_live SET (
     autovacuum_vacuum_scale_factor = 0.0,
@@ -118,6 +120,8 @@ CREATE TABLE queue.item_done (
 -- nothing per completion and serves retention and the hourly counts.
 CREATE INDEX item_done_completed_brin
     ON queue.item_done USING brin (completed_at) WITH (pages_per_range = 16);
+-- per-queue completions by time: stats' last hour, snapshots, breaker window, retention
+CREATE INDEX item_done_queue_completed_idx ON queue.item_done (queue_name, completed_at);
 
 CREATE TABLE queue.dead_letters (
     queue_name     text        NOT NULL,
@@ -156,6 +160,7 @@ CREATE TABLE queue.dedup_done (
     completed_at timestamptz NOT NULL,
     PRIMARY KEY (queue_name, dedup_key)
 );
+CREATE INDEX dedup_done_completed_idx ON queue.dedup_done (queue_name, completed_at);
 
 CREATE TABLE queue.failure_log (
     queue_name  text        NOT NULL,

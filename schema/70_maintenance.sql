@@ -1,0 +1,477 @@
+-- ======================================================================
+-- Maintenance: sweep, snapshot_metrics, enable_cron, disable_cron
+-- ======================================================================
+--
+-- sweep() loops over the queues and runs the per-queue work in
+-- queue._sweep_queue(), each queue in its own subtransaction so that one
+-- broken queue never stops the maintenance of the others.  A queue is swept
+-- under a transaction advisory lock taken with pg_try_advisory_xact_lock:
+-- a second sweeper skips the queues the first one holds (its row shows
+-- zeros), so sweeps are safe to run concurrently and never wait.  Every
+-- statement filters queue_name, and each kind of work stops after
+-- queue._sweep_batch() rows per queue and call, so one call never holds
+-- many row locks on a queue with millions of items; the next call goes on.
+-- Correctness never depends on the sweeper: dequeue reclaims expired
+-- leases and buries expired or spent items itself.
+
+-- Rows per queue, per call and per kind of work.
+CREATE FUNCTION queue._sweep_batch() RETURNS int
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS 'SELECT 10000';
+COMMENT ON FUNCTION queue._sweep_batch() IS 'How many rows sweep handles per queue, per call and per kind of work';
+
+-- Second key of the advisory lock that serialises sweeps of one queue
+-- (dequeue's max_in_flight lock uses 1903520101).
+CREATE FUNCTION queue._sweep_lock_key() RETURNS int
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS 'SELECT 1903520102';
+COMMENT ON FUNCTION queue._sweep_lock_key() IS 'Second key of the per-queue sweep advisory lock';
+
+-- Alerts of one queue: raise what holds, clear what no longer does.
+CREATE FUNCTION queue._sweep_alerts(p_queue text)
+RETURNS void LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    c queue.queue_config;
+    s record;
+    v_age interval;
+    v_n bigint;
+    v_workers text[];
+BEGIN
+    SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    SELECT * INTO s FROM queue._stats(p_queue) x;
+
+    -- sla_critical replaces sla_warning (and the other way round)
+    v_age := s.oldest_queued_age;
+    IF c.sla IS NOT NULL AND v_age > c.sla * 0.85 THEN
+        PERFORM queue._clear_alert(p_queue, 'sla_warning');
+        PERFORM queue._raise_alert(p_queue, 'sla_critical',
+            format('queue %s: oldest queued item has waited %s, over 85%% of the %s sla',
+                   p_queue, date_trunc('second', v_age), queue._say_interval(c.sla)),
+            jsonb_build_object('oldest_queued_age', extract(epoch FROM v_age),
+                               'sla', extract(epoch FROM c.sla), 'queued', s.queued));
+    ELSIF c.sla IS NOT NULL AND v_age > c.sla * 0.5 THEN
+        PERFORM queue._clear_alert(p_queue, 'sla_critical');
+        PERFORM queue._raise_alert(p_queue, 'sla_warning',
+            format('queue %s: oldest queued item has waited %s, over half the %s sla',
+                   p_queue, date_trunc('second', v_age), queue._say_interval(c.sla)),
+            jsonb_build_object('oldest_queued_age', extract(epoch FROM v_age),
+                               'sla', extract(epoch FROM c.sla), 'queued', s.queued));
+    ELSE
+        PERFORM queue._clear_alert(p_queue, 'sla_critical');
+        PERFORM queue._clear_alert(p_queue, 'sla_warning');
+    END IF;
+
+    -- breaker_open: raised by the breaker itself; closed by probe or resume
+    IF c.breaker_state <> 'closed' THEN
+        PERFORM queue._raise_alert(p_queue, 'breaker_open',
+                                   coalesce(c.pause_reason, 'circuit breaker open'),
+                                   jsonb_build_object('opened_at', c.breaker_opened_at));
+    ELSE
+        PERFORM queue._clear_alert(p_queue, 'breaker_open');
+    END IF;
+
+    -- worker_offline: an offline worker held one of the queue's items in
+    -- the last day (holds one now, or failed or lost one since)
+    SELECT array_agg(w.worker ORDER BY w.worker) INTO v_workers
+      FROM queue.worker_registry w
+     WHERE w.last_seen < now() - make_interval(secs => queue._worker_offline_after())
+       AND (EXISTS (SELECT 1 FROM queue.item_live i
+                     WHERE i.queue_name = p_queue AND i.worker = w.worker)
+            OR EXISTS (SELECT 1 FROM queue.failure_log f
+                        WHERE f.queue_name = p_queue AND f.at > now() - interval '1 day'
+                          AND f.worker = w.worker));
+    IF v_workers IS NOT NULL THEN
+        PERFORM queue._raise_alert(p_queue, 'worker_offline',
+            format('queue %s: offline worker%s %s held its items', p_queue,
+                   CASE WHEN cardinality(v_workers) > 1 THEN 's' ELSE '' END,
+                   array_to_string(v_workers, ', ')),
+            jsonb_build_object('workers', to_jsonb(v_workers)));
+    ELSE
+        PERFORM queue._clear_alert(p_queue, 'worker_offline');
+    END IF;
+
+    -- stalled_lease: a current lease held past 3x the p95 run time
+    v_n := 0;
+    IF s.run_p95 IS NOT NULL THEN
+        SELECT count(*) INTO v_n FROM queue.item_live i
+         WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
+           AND i.lease_expires_at > now()
+           AND i.claimed_at < now() - s.run_p95 * 3;
+    END IF;
+    IF v_n > 0 THEN
+        PERFORM queue._raise_alert(p_queue, 'stalled_lease',
+            format('queue %s: %s lease%s held longer than 3x the p95 run time (%s)', p_queue, v_n,
+                   CASE WHEN v_n > 1 THEN 's' ELSE '' END, date_trunc('second', s.run_p95)),
+            jsonb_build_object('leases', v_n, 'run_p95', extract(epoch FROM s.run_p95)));
+    ELSE
+        PERFORM queue._clear_alert(p_queue, 'stalled_lease');
+    END IF;
+
+    -- dead_letters: open while dead letters wait for a first review
+    PERFORM 1 FROM queue.dead_letters d
+     WHERE d.queue_name = p_queue AND d.review_status = 'new' LIMIT 1;
+    IF FOUND THEN
+        PERFORM queue._raise_alert(p_queue, 'dead_letters',
+                                   format('queue %s has new dead letters', p_queue),
+                                   jsonb_build_object('open', s.dead));
+    ELSE
+        PERFORM queue._clear_alert(p_queue, 'dead_letters');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION queue._sweep_alerts(text) IS 'Raises and clears the alerts of one queue';
+
+-- The work of sweep() on one queue.  swept is false when another session
+-- is sweeping the queue (or it was dropped meanwhile).
+CREATE FUNCTION queue._sweep_queue(p_queue text,
+                                   OUT swept boolean, OUT recovered bigint,
+                                   OUT dead_lettered bigint, OUT expired bigint,
+                                   OUT aged bigint, OUT purged bigint)
+RETURNS record LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    c queue.queue_config;
+    v_batch int := queue._sweep_batch();
+    v_now timestamptz := now();
+    v_id bigint;
+    v_n bigint;
+    v_aging float8;
+    v_keep_failures interval;
+    v_oldest_kept timestamptz;
+BEGIN
+    swept := false;
+    recovered := 0;
+    dead_lettered := 0;
+    expired := 0;
+    aged := 0;
+    purged := 0;
+    IF NOT pg_try_advisory_xact_lock(hashtext(p_queue), queue._sweep_lock_key()) THEN
+        RETURN;
+    END IF;
+    SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    swept := true;
+
+    -- Offline workers: their leases are released at once (orphan recovery).
+    recovered := coalesce(queue._recover_offline(p_queue), 0);
+
+    -- Lost leases on the last attempt become dead letters.  Leased rows
+    -- keep worker set until they are claimed again: the worker index
+    -- finds them without reading the backlog.
+    FOR v_id IN
+        SELECT i.item_id FROM queue.item_live i
+         WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
+           AND i.lease_token IS NOT NULL AND i.lease_expires_at <= v_now
+           AND i.attempt >= i.max_attempts AND NOT i.on_hold
+         ORDER BY i.item_id
+         LIMIT v_batch
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        PERFORM queue._bury(p_queue, v_id, 'lease_expired', NULL, NULL);
+        dead_lettered := dead_lettered + 1;
+    END LOOP;
+
+    -- Expiry: every item past expires_at that is not under a current lease
+    -- (queued, scheduled or on hold); a processing item finishes first.
+    FOR v_id IN
+        SELECT i.item_id FROM queue.item_live i
+         WHERE i.queue_name = p_queue AND i.expires_at IS NOT NULL
+           AND i.expires_at <= v_now
+           AND NOT (i.lease_token IS NOT NULL AND i.lease_expires_at > v_now)
+         ORDER BY i.expires_at, i.item_id
+         LIMIT v_batch
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        PERFORM queue._bury(p_queue, v_id, 'expired', NULL, NULL);
+        expired := expired + 1;
+    END LOOP;
+
+    -- Priority aging: effective = greatest(0, base - floor(waited / aging)),
+    -- waited from when the item became claimable (visible_at of a claimable
+    -- row: run_at, the backoff's end, an unhold or a lease's expiry).  Only
+    -- rows that waited at least one step can change.
+    IF c.priority_aging IS NOT NULL THEN
+        v_aging := extract(epoch FROM c.priority_aging);
+        WITH cand AS (
+            SELECT i.item_id,
+                   greatest(0, i.base_priority
+                               - floor(extract(epoch FROM v_now - greatest(i.enqueued_at, i.visible_at))
+                                       / v_aging))::int AS np
+              FROM queue.item_live i
+             WHERE i.queue_name = p_queue
+               AND i.visible_at <= v_now - c.priority_aging
+               AND NOT i.on_hold
+               AND i.priority <> greatest(0, i.base_priority
+                               - floor(extract(epoch FROM v_now - greatest(i.enqueued_at, i.visible_at))
+                                       / v_aging))::int
+             ORDER BY i.item_id
+             LIMIT v_batch
+               FOR UPDATE SKIP LOCKED),
+        upd AS (
+            UPDATE queue.item_live i SET priority = cand.np
+              FROM cand
+             WHERE i.queue_name = p_queue AND i.item_id = cand.item_id
+            RETURNING 1)
+        SELECT count(*) INTO aged FROM upd;
+    END IF;
+
+    -- Retention.  Processed history:
+    WITH d AS (
+        DELETE FROM queue.item_done d
+         WHERE d.queue_name = p_queue
+           AND d.item_id IN (SELECT x.item_id FROM queue.item_done x
+                              WHERE x.queue_name = p_queue
+                                AND x.completed_at < v_now - c.retention
+                              LIMIT v_batch)
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    purged := purged + v_n;
+
+    -- resolved or rejected dead letters, kept for retention after review:
+    WITH d AS (
+        DELETE FROM queue.dead_letters d
+         WHERE d.queue_name = p_queue
+           AND d.item_id IN (SELECT x.item_id FROM queue.dead_letters x
+                              WHERE x.queue_name = p_queue
+                                AND x.review_status IN ('resolved', 'rejected')
+                                AND coalesce(x.reviewed_at, x.dead_at) < v_now - c.retention
+                              LIMIT v_batch)
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    purged := purged + v_n;
+
+    -- events:
+    WITH d AS (
+        DELETE FROM queue.events e
+         WHERE e.queue_name = p_queue
+           AND e.event_id IN (SELECT x.event_id FROM queue.events x
+                               WHERE x.queue_name = p_queue AND x.at < v_now - c.retention
+                               LIMIT v_batch)
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    purged := purged + v_n;
+
+    -- failed attempts, kept at least for the breaker window and the hour
+    -- that stats() and health() look at:
+    v_keep_failures := greatest(c.retention, c.breaker_window, interval '1 hour');
+    WITH d AS (
+        DELETE FROM queue.failure_log f
+         WHERE f.queue_name = p_queue
+           AND f.failure_id IN (SELECT x.failure_id FROM queue.failure_log x
+                                 WHERE x.queue_name = p_queue
+                                   AND x.at < v_now - v_keep_failures
+                                 LIMIT v_batch)
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    purged := purged + v_n;
+
+    -- dedup keys of completed items, past the dedup window (all of them
+    -- when the queue has none):
+    WITH d AS (
+        DELETE FROM queue.dedup_done k
+         WHERE k.queue_name = p_queue
+           AND k.dedup_key IN (SELECT x.dedup_key FROM queue.dedup_done x
+                                WHERE x.queue_name = p_queue
+                                  AND x.completed_at < v_now - coalesce(c.dedup_window, interval '0')
+                                LIMIT v_batch)
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    purged := purged + v_n;
+
+    -- cleared alerts:
+    WITH d AS (
+        DELETE FROM queue.alerts a
+         WHERE a.queue_name = p_queue
+           AND a.alert_id IN (SELECT x.alert_id FROM queue.alerts x
+                               WHERE x.queue_name = p_queue
+                                 AND x.cleared_at < v_now - c.retention
+                               LIMIT v_batch)
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    purged := purged + v_n;
+
+    -- metrics snapshots, always keeping the newest three (health's backlog rule):
+    SELECT m.taken_at INTO v_oldest_kept FROM queue.metrics_history m
+     WHERE m.queue_name = p_queue ORDER BY m.taken_at DESC OFFSET 2 LIMIT 1;
+    WITH d AS (
+        DELETE FROM queue.metrics_history m
+         WHERE m.queue_name = p_queue
+           AND m.taken_at IN (SELECT x.taken_at FROM queue.metrics_history x
+                               WHERE x.queue_name = p_queue
+                                 AND x.taken_at < v_now - c.retention
+                                 AND x.taken_at < v_oldest_kept
+                               ORDER BY x.taken_at
+                               LIMIT v_batch)
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    purged := purged + v_n;
+
+    -- Breaker: an open breaker pauses the queue; a closed one may trip on
+    -- failures that arrived without a fail() call (lost leases).
+    PERFORM queue._breaker_check(p_queue);
+
+    PERFORM queue._sweep_alerts(p_queue);
+END
+$$;
+COMMENT ON FUNCTION queue._sweep_queue(text) IS 'The per-queue work of sweep(), under the queue''s sweep lock';
+
+CREATE FUNCTION queue.sweep()
+RETURNS TABLE (queue_name text, recovered bigint, dead_lettered bigint, expired bigint,
+               aged bigint, purged bigint)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text;
+    r record;
+BEGIN
+    FOR v_name IN SELECT c.queue_name FROM queue.queue_config c ORDER BY c.queue_name
+    LOOP
+        BEGIN
+            SELECT * INTO r FROM queue._sweep_queue(v_name) s;
+        EXCEPTION WHEN OTHERS THEN
+            -- one broken queue must not stop the maintenance of the others
+            RAISE WARNING 'sweep of queue "%" failed: %', v_name, SQLERRM
+                USING DETAIL = format('SQLSTATE %s; the queue''s work of this call was rolled back.', SQLSTATE);
+            CONTINUE;
+        END;
+        IF r.swept IS NULL THEN
+            CONTINUE;
+        END IF;
+        queue_name := v_name;
+        recovered := r.recovered;
+        dead_lettered := r.dead_lettered;
+        expired := r.expired;
+        aged := r.aged;
+        purged := r.purged;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION queue.sweep()
+    IS 'Maintenance of every queue: offline recovery, spent leases, expiry, aging, retention, breaker and alerts; one row per queue';
+
+-- ----------------------------------------------------------------------
+-- Metrics snapshots
+-- ----------------------------------------------------------------------
+
+CREATE FUNCTION queue.snapshot_metrics()
+RETURNS int LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text;
+    v_prev timestamptz;
+    v_now timestamptz := now();
+    v_processed bigint;
+    v_failed bigint;
+    v_rows int := 0;
+    s record;
+BEGIN
+    FOR v_name IN SELECT c.queue_name FROM queue.queue_config c ORDER BY c.queue_name
+    LOOP
+        SELECT m.taken_at INTO v_prev FROM queue.metrics_history m
+         WHERE m.queue_name = v_name ORDER BY m.taken_at DESC LIMIT 1;
+        IF v_prev IS NULL THEN
+            -- a queue's first row has nothing to count from
+            v_processed := NULL;
+            v_failed := NULL;
+        ELSE
+            SELECT count(*) INTO v_processed FROM queue.item_done d
+             WHERE d.queue_name = v_name AND d.completed_at > v_prev AND d.completed_at <= v_now;
+            SELECT count(*) INTO v_failed FROM queue.failure_log f
+             WHERE f.queue_name = v_name AND f.at > v_prev AND f.at <= v_now;
+        END IF;
+        SELECT * INTO s FROM queue._stats(v_name) x;
+        INSERT INTO queue.metrics_history AS m
+               (queue_name, taken_at, queued, scheduled, processing, on_hold, dead,
+                oldest_queued_age, processed_1h, failed_1h, wait_p50, wait_p95, run_p50,
+                run_p95, paused, processed, failed)
+        VALUES (v_name, v_now, s.queued, s.scheduled, s.processing, s.on_hold, s.dead,
+                s.oldest_queued_age, s.processed_1h, s.failed_1h, s.wait_p50, s.wait_p95,
+                s.run_p50, s.run_p95, s.paused, v_processed, v_failed)
+        ON CONFLICT ON CONSTRAINT metrics_history_pkey DO NOTHING;
+        IF FOUND THEN
+            v_rows := v_rows + 1;
+        END IF;
+    END LOOP;
+    RETURN v_rows;
+END
+$$;
+COMMENT ON FUNCTION queue.snapshot_metrics()
+    IS 'Writes one metrics_history row per queue: the stats columns and what was processed and failed since the previous row';
+
+-- ----------------------------------------------------------------------
+-- pg_cron
+-- ----------------------------------------------------------------------
+-- cron.* is referenced only inside plpgsql bodies, which are not checked
+-- before they run: the extension installs and works without pg_cron.
+
+CREATE FUNCTION queue._require_pg_cron()
+RETURNS void LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM 1 FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_cron';
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pg_cron is not installed in database "%"', current_database()
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = format('pg_cron runs its jobs from the database named by cron.database_name (now %s).',
+                                  coalesce(quote_literal(current_setting('cron.database_name', true)),
+                                           'not set: pg_cron is not loaded')),
+                  HINT = 'Add pg_cron to shared_preload_libraries, restart the server, and run CREATE EXTENSION pg_cron in that database; or schedule SELECT queue.sweep() and SELECT queue.snapshot_metrics() with another scheduler.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION queue._require_pg_cron() IS 'Fails with a hint (55000) unless pg_cron is installed in this database';
+
+CREATE FUNCTION queue.enable_cron(sweep_schedule text DEFAULT '* * * * *',
+                                  metrics_schedule text DEFAULT '* * * * *')
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+BEGIN
+    IF enable_cron.sweep_schedule IS NULL OR enable_cron.metrics_schedule IS NULL THEN
+        RAISE EXCEPTION '% must not be null',
+                        CASE WHEN enable_cron.sweep_schedule IS NULL THEN 'sweep_schedule'
+                             ELSE 'metrics_schedule' END
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Leave the argument out for every minute (''* * * * *''), or use disable_cron() to stop the jobs.';
+    END IF;
+    PERFORM queue._require_pg_cron();
+    -- scheduling by name replaces a job of the same name: enabling twice
+    -- changes the schedules, never adds jobs
+    PERFORM cron.schedule_in_database('queue_sweep', enable_cron.sweep_schedule,
+                                      'SELECT count(*) FROM queue.sweep()', current_database());
+    PERFORM cron.schedule_in_database('queue_snapshot_metrics', enable_cron.metrics_schedule,
+                                      'SELECT queue.snapshot_metrics()', current_database());
+END
+$$;
+COMMENT ON FUNCTION queue.enable_cron(text, text)
+    IS 'Schedules sweep() and snapshot_metrics() with pg_cron as jobs queue_sweep and queue_snapshot_metrics';
+
+CREATE FUNCTION queue.disable_cron()
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_job bigint;
+BEGIN
+    PERFORM queue._require_pg_cron();
+    FOR v_job IN
+        SELECT j.jobid FROM cron.job j
+         WHERE j.jobname IN ('queue_sweep', 'queue_snapshot_metrics')
+           AND j.database = current_database()
+    LOOP
+        PERFORM cron.unschedule(v_job);
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION queue.disable_cron()
+    IS 'Removes the pg_cron jobs of enable_cron(); does nothing when they do not exist';

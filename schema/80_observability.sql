@@ -1,0 +1,413 @@
+-- ======================================================================
+-- Observability: stats, health, prometheus
+-- ======================================================================
+--
+-- stats() must stay cheap enough to poll every few seconds on a queue of
+-- ten million items, so queue._stats() never reads a queue's whole
+-- backlog:
+--
+--   * The claim index (queue_name, priority, visible_at, item_id) orders
+--     each priority by visible_at, and a live row's state follows from
+--     visible_at: <= now() is claimable (an expired lease included),
+--     'infinity' is on hold, anything between is scheduled or leased.  A
+--     loose index scan finds the priorities present (one probe each), and
+--     each state is then an index-only range count per priority; the
+--     oldest claimable row is the first entry of each priority's range.
+--   * processing comes from the partial worker index (leases only).
+--   * Each of queued, scheduled and on_hold is counted exactly up to
+--     queue._stats_exact_limit() rows; past that the count is estimated
+--     from a page sample of item_live (TABLESAMPLE SYSTEM, about
+--     2,000 pages) and reported as at least the limit.
+--   * processed_1h is exact up to the same limit, then extrapolated from
+--     the time the newest limit completions took; the percentiles use the
+--     newest 10,000 completions of the last hour (index on queue_name,
+--     completed_at).  failed_1h and dead are index-only counts of the
+--     failure_log and the open dead letters.
+
+-- Above this many rows a state's count is estimated.
+CREATE FUNCTION queue._stats_exact_limit() RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS 'SELECT 100000::bigint';
+COMMENT ON FUNCTION queue._stats_exact_limit() IS 'Counts in stats() are exact up to this many rows, estimated above';
+
+-- The stats of one queue, without access checks.
+CREATE FUNCTION queue._stats(p_queue text,
+    OUT queued bigint, OUT scheduled bigint, OUT processing bigint, OUT on_hold bigint,
+    OUT dead bigint, OUT oldest_queued_age interval, OUT processed_1h bigint,
+    OUT failed_1h bigint, OUT wait_p50 interval, OUT wait_p95 interval,
+    OUT run_p50 interval, OUT run_p95 interval, OUT paused boolean)
+RETURNS record LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_limit bigint := queue._stats_exact_limit();
+    v_recent int := 10000;           -- completions behind the percentiles
+    v_sample_pages float8 := 2000;   -- pages read by an estimate
+    v_now timestamptz := now();
+    v_prios int[];
+    v_between bigint;
+    v_t timestamptz;
+    v_pct float8;
+    e record;
+BEGIN
+    SELECT c.paused INTO paused FROM queue.queue_config c WHERE c.queue_name = p_queue;
+
+    -- the priorities present: one index probe per priority
+    WITH RECURSIVE pr(p) AS (
+        SELECT (SELECT i.priority FROM queue.item_live i
+                 WHERE i.queue_name = p_queue ORDER BY i.priority LIMIT 1)
+        UNION ALL
+        SELECT (SELECT i.priority FROM queue.item_live i
+                 WHERE i.queue_name = p_queue AND i.priority > pr.p
+                 ORDER BY i.priority LIMIT 1)
+          FROM pr WHERE pr.p IS NOT NULL)
+    SELECT coalesce(array_agg(pr.p), '{}') INTO v_prios FROM pr WHERE pr.p IS NOT NULL;
+
+    SELECT count(*) INTO processing FROM queue.item_live i
+     WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
+       AND i.lease_expires_at > v_now;
+
+    SELECT count(*) INTO queued FROM (
+        SELECT 1 FROM unnest(v_prios) AS u(p)
+         CROSS JOIN LATERAL (SELECT 1 FROM queue.item_live i
+                              WHERE i.queue_name = p_queue AND i.priority = u.p
+                                AND i.visible_at <= v_now) x
+         LIMIT v_limit) y;
+
+    -- between now and 'infinity': scheduled rows and current leases
+    SELECT count(*) INTO v_between FROM (
+        SELECT 1 FROM unnest(v_prios) AS u(p)
+         CROSS JOIN LATERAL (SELECT 1 FROM queue.item_live i
+                              WHERE i.queue_name = p_queue AND i.priority = u.p
+                                AND i.visible_at > v_now
+                                AND i.visible_at < 'infinity') x
+         LIMIT v_limit + processing) y;
+    scheduled := greatest(v_between - processing, 0);
+
+    SELECT count(*) INTO on_hold FROM (
+        SELECT 1 FROM unnest(v_prios) AS u(p)
+         CROSS JOIN LATERAL (SELECT 1 FROM queue.item_live i
+                              WHERE i.queue_name = p_queue AND i.priority = u.p
+                                AND i.visible_at = 'infinity') x
+         LIMIT v_limit) y;
+
+    IF queued >= v_limit OR scheduled >= v_limit OR on_hold >= v_limit THEN
+        -- estimate from a page sample of the table, never below the limit
+        v_pct := least(100, 100 * v_sample_pages
+                            / greatest(1, pg_relation_size('queue.item_live'::regclass)
+                                          / current_setting('block_size')::int));
+        SELECT count(*) FILTER (WHERE i.visible_at <= v_now) AS q,
+               count(*) FILTER (WHERE i.visible_at > v_now AND i.visible_at < 'infinity'
+                                  AND NOT (i.worker IS NOT NULL AND i.lease_expires_at > v_now)) AS s,
+               count(*) FILTER (WHERE i.visible_at = 'infinity') AS h
+          INTO e
+          FROM queue.item_live AS i TABLESAMPLE SYSTEM (v_pct)
+         WHERE i.queue_name = p_queue;
+        IF queued >= v_limit THEN
+            queued := greatest(v_limit, round(e.q * 100 / v_pct)::bigint);
+        END IF;
+        IF scheduled >= v_limit THEN
+            scheduled := greatest(v_limit, round(e.s * 100 / v_pct)::bigint);
+        END IF;
+        IF on_hold >= v_limit THEN
+            on_hold := greatest(v_limit, round(e.h * 100 / v_pct)::bigint);
+        END IF;
+    END IF;
+
+    -- claimable the longest: the first claimable entry of each priority
+    SELECT v_now - min(x.v) INTO oldest_queued_age
+      FROM unnest(v_prios) AS u(p)
+     CROSS JOIN LATERAL (SELECT i.visible_at AS v FROM queue.item_live i
+                          WHERE i.queue_name = p_queue AND i.priority = u.p
+                            AND i.visible_at <= v_now
+                          ORDER BY i.visible_at LIMIT 1) x;
+
+    SELECT count(*) INTO dead FROM queue.dead_letters d
+     WHERE d.queue_name = p_queue AND d.review_status IN ('new', 'in_review');
+
+    SELECT count(*) INTO failed_1h FROM queue.failure_log f
+     WHERE f.queue_name = p_queue AND f.at > v_now - interval '1 hour';
+
+    -- the limit-th newest completion of the hour, if there are that many
+    SELECT d.completed_at INTO v_t FROM queue.item_done d
+     WHERE d.queue_name = p_queue AND d.completed_at > v_now - interval '1 hour'
+     ORDER BY d.completed_at DESC OFFSET v_limit - 1 LIMIT 1;
+    IF v_t IS NULL THEN
+        SELECT count(*) INTO processed_1h FROM queue.item_done d
+         WHERE d.queue_name = p_queue AND d.completed_at > v_now - interval '1 hour';
+    ELSE
+        processed_1h := greatest(v_limit,
+                                 round(v_limit * 3600
+                                       / greatest(extract(epoch FROM v_now - v_t), 0.001))::bigint);
+    END IF;
+
+    SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY r.claimed_at - r.enqueued_at),
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY r.claimed_at - r.enqueued_at),
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY r.completed_at - r.claimed_at),
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY r.completed_at - r.claimed_at)
+      INTO wait_p50, wait_p95, run_p50, run_p95
+      FROM (SELECT d.enqueued_at, d.claimed_at, d.completed_at FROM queue.item_done d
+             WHERE d.queue_name = p_queue AND d.completed_at > v_now - interval '1 hour'
+             ORDER BY d.completed_at DESC LIMIT v_recent) r;
+END
+$$;
+COMMENT ON FUNCTION queue._stats(text) IS 'The stats of one queue (no access check); see stats()';
+
+-- stats() and health() return these row types: PL/pgSQL refuses a result
+-- column named like the queue_name argument, so RETURNS TABLE cannot be used.
+CREATE TYPE queue.queue_stats AS (
+    queue_name text, queued bigint, scheduled bigint, processing bigint, on_hold bigint,
+    dead bigint, oldest_queued_age interval, processed_1h bigint, failed_1h bigint,
+    wait_p50 interval, wait_p95 interval, run_p50 interval, run_p95 interval, paused boolean);
+COMMENT ON TYPE queue.queue_stats IS 'A row of queue.stats()';
+
+CREATE TYPE queue.queue_health AS (queue_name text, status text, reasons text[]);
+COMMENT ON TYPE queue.queue_health IS 'A row of queue.health()';
+
+CREATE FUNCTION queue.stats(queue_name text DEFAULT NULL)
+RETURNS SETOF queue.queue_stats
+LANGUAGE plpgsql STABLE PARALLEL RESTRICTED SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text;
+BEGIN
+    IF stats.queue_name IS NOT NULL THEN
+        v_name := queue._check_name(stats.queue_name);
+        PERFORM queue._check_access(v_name, 'reader');
+        RETURN QUERY SELECT v_name, s.* FROM queue._stats(v_name) s;
+        RETURN;
+    END IF;
+    FOR v_name IN
+        SELECT c.queue_name FROM queue.queue_config c
+         WHERE queue._can_read(c.queue_name) ORDER BY c.queue_name
+    LOOP
+        RETURN QUERY SELECT v_name, s.* FROM queue._stats(v_name) s;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION queue.stats(text)
+    IS 'Live numbers of one queue, or of every queue the caller may read (NULL); cheap to poll';
+
+-- ----------------------------------------------------------------------
+-- Health
+-- ----------------------------------------------------------------------
+
+CREATE FUNCTION queue._health(p_queue text, OUT status text, OUT reasons text[])
+RETURNS record LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    c queue.queue_config;
+    s record;
+    v_level int := 0;      -- 0 ok, 1 warning, 2 critical
+    v_n bigint;
+    v_items bigint;
+    v_workers text[];
+    v_queued bigint[];
+    v_from timestamptz;
+    v_failed bigint;
+    v_ok bigint;
+BEGIN
+    reasons := '{}';
+    SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
+    SELECT * INTO s FROM queue._stats(p_queue) x;
+
+    -- oldest queued age against the sla
+    IF c.sla IS NOT NULL AND s.oldest_queued_age > c.sla * 0.85 THEN
+        v_level := 2;
+        reasons := reasons || format('oldest queued item has waited %s, over 85%% of the %s sla',
+                                     date_trunc('second', s.oldest_queued_age), queue._say_interval(c.sla));
+    ELSIF c.sla IS NOT NULL AND s.oldest_queued_age > c.sla * 0.5 THEN
+        v_level := 1;
+        reasons := reasons || format('oldest queued item has waited %s, over half the %s sla',
+                                     date_trunc('second', s.oldest_queued_age), queue._say_interval(c.sla));
+    END IF;
+
+    -- a backlog that grew across the last three snapshots
+    SELECT array_agg(m.queued ORDER BY m.taken_at) INTO v_queued
+      FROM (SELECT x.taken_at, x.queued FROM queue.metrics_history x
+             WHERE x.queue_name = p_queue ORDER BY x.taken_at DESC LIMIT 3) m;
+    IF cardinality(v_queued) = 3 AND v_queued[1] < v_queued[2] AND v_queued[2] < v_queued[3] THEN
+        v_level := greatest(v_level, 1);
+        reasons := reasons || format('backlog grew across the last three snapshots (%s, %s, %s queued)',
+                                     v_queued[1], v_queued[2], v_queued[3]);
+    END IF;
+
+    -- leases held past 3x the p95 run time
+    IF s.run_p95 IS NOT NULL THEN
+        SELECT count(*) INTO v_n FROM queue.item_live i
+         WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
+           AND i.lease_expires_at > now()
+           AND i.claimed_at < now() - s.run_p95 * 3;
+        IF v_n > 0 THEN
+            v_level := greatest(v_level, 1);
+            reasons := reasons || format('%s lease%s held longer than 3x the p95 run time (%s)', v_n,
+                                         CASE WHEN v_n > 1 THEN 's' ELSE '' END,
+                                         date_trunc('second', s.run_p95));
+        END IF;
+    END IF;
+
+    -- offline workers holding its items
+    SELECT array_agg(DISTINCT i.worker ORDER BY i.worker), count(*) INTO v_workers, v_items
+      FROM queue.item_live i
+      JOIN queue.worker_registry w ON w.worker = i.worker
+     WHERE i.queue_name = p_queue AND i.worker IS NOT NULL AND i.lease_token IS NOT NULL
+       AND w.last_seen < now() - make_interval(secs => queue._worker_offline_after());
+    IF v_items > 0 THEN
+        v_level := greatest(v_level, 1);
+        reasons := reasons || format('offline worker%s %s hold%s %s item%s',
+                                     CASE WHEN cardinality(v_workers) > 1 THEN 's' ELSE '' END,
+                                     array_to_string(v_workers, ', '),
+                                     CASE WHEN cardinality(v_workers) > 1 THEN '' ELSE 's' END,
+                                     v_items, CASE WHEN v_items > 1 THEN 's' ELSE '' END);
+    END IF;
+
+    -- failure rate over half the breaker threshold, counted as the breaker does
+    IF c.breaker_threshold IS NOT NULL THEN
+        v_from := greatest(now() - c.breaker_window, c.breaker_since);
+        SELECT count(*) INTO v_failed FROM queue.failure_log f
+         WHERE f.queue_name = p_queue AND f.at > v_from AND f.kind <> 'offline';
+        SELECT count(*) INTO v_ok FROM queue.item_done d
+         WHERE d.queue_name = p_queue AND d.completed_at > v_from;
+        IF v_failed + v_ok >= c.breaker_min_samples
+           AND v_failed::float8 / (v_failed + v_ok) > c.breaker_threshold / 2 THEN
+            v_level := greatest(v_level, 1);
+            reasons := reasons || format('%s%% of %s outcomes failed in %s, over half the breaker threshold (%s%%)',
+                                         round(100.0 * v_failed / (v_failed + v_ok)), v_failed + v_ok,
+                                         queue._say_interval(c.breaker_window),
+                                         round((100 * c.breaker_threshold)::numeric, 1));
+        END IF;
+    END IF;
+
+    IF c.paused THEN
+        status := 'paused';
+        reasons := format('paused: %s', coalesce(c.pause_reason, 'no reason given')) || reasons;
+    ELSE
+        status := (ARRAY['ok', 'warning', 'critical'])[v_level + 1];
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION queue._health(text) IS 'The health of one queue (no access check); see health()';
+
+CREATE FUNCTION queue.health(queue_name text DEFAULT NULL)
+RETURNS SETOF queue.queue_health
+LANGUAGE plpgsql STABLE PARALLEL RESTRICTED SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text;
+BEGIN
+    IF health.queue_name IS NOT NULL THEN
+        v_name := queue._check_name(health.queue_name);
+        PERFORM queue._check_access(v_name, 'reader');
+        RETURN QUERY SELECT v_name, h.status, h.reasons FROM queue._health(v_name) h;
+        RETURN;
+    END IF;
+    FOR v_name IN
+        SELECT c.queue_name FROM queue.queue_config c
+         WHERE queue._can_read(c.queue_name) ORDER BY c.queue_name
+    LOOP
+        RETURN QUERY SELECT v_name, h.status, h.reasons FROM queue._health(v_name) h;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION queue.health(text)
+    IS 'ok, warning, critical or paused with the reasons, for one queue or every queue the caller may read';
+
+-- ----------------------------------------------------------------------
+-- Prometheus
+-- ----------------------------------------------------------------------
+
+-- A label value in the exposition format: backslash, double quote and
+-- newline escaped.
+CREATE FUNCTION queue._prom_label(v text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT '"' || replace(replace(replace(v, E'\\', E'\\\\'), '"', E'\\"'), E'\n', E'\\n') || '"'
+$$;
+COMMENT ON FUNCTION queue._prom_label(text) IS 'Quotes and escapes a Prometheus label value';
+
+-- A sample value: NULL is NaN, intervals are seconds.
+CREATE FUNCTION queue._prom_value(v numeric) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT coalesce(v::text, 'NaN')
+$$;
+COMMENT ON FUNCTION queue._prom_value(numeric) IS 'Formats a Prometheus sample value; NULL becomes NaN';
+
+CREATE FUNCTION queue.prometheus()
+RETURNS text LANGUAGE plpgsql STABLE PARALLEL RESTRICTED SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_out text;
+BEGIN
+    WITH s AS MATERIALIZED (
+        SELECT c.queue_name AS q, queue._prom_label(c.queue_name) AS ql, x.*
+          FROM queue.queue_config c
+         CROSS JOIN LATERAL queue._stats(c.queue_name) x
+         WHERE queue._can_read(c.queue_name)),
+    fam (ord, name, kind, help) AS (VALUES
+        (1,  'queue_items', 'gauge', 'Live items by state: queued (claimable now), scheduled, processing, on_hold.'),
+        (2,  'queue_dead_letters_open', 'gauge', 'Dead letters still new or in review.'),
+        (3,  'queue_oldest_queued_age_seconds', 'gauge', 'How long the longest-waiting claimable item has been claimable.'),
+        (4,  'queue_processed_last_hour', 'gauge', 'Items processed in the last hour.'),
+        (5,  'queue_failed_last_hour', 'gauge', 'Failed attempts (lost leases included) in the last hour.'),
+        (6,  'queue_wait_seconds', 'gauge', 'Time from enqueue to claim of the items processed in the last hour.'),
+        (7,  'queue_run_seconds', 'gauge', 'Time from claim to completion of the items processed in the last hour.'),
+        (8,  'queue_paused', 'gauge', '1 while the queue is paused (manually or by its circuit breaker).'),
+        (9,  'queue_alerts_open', 'gauge', 'Open alerts by kind.'),
+        (10, 'queue_processed_total', 'counter', 'Processed items in the retained history.'),
+        (11, 'queue_failed_total', 'counter', 'Failed attempts in the retained failure log.'),
+        (12, 'queue_dead_letters_total', 'counter', 'Dead letters kept, by reason.')),
+    smp (ord, q, sub, labels, val) AS (
+        SELECT 1, s.q, k.n, format('queue=%s,state=%s', s.ql, queue._prom_label(k.state)), k.v::numeric
+          FROM s CROSS JOIN LATERAL (VALUES (1, 'queued', s.queued), (2, 'scheduled', s.scheduled),
+                                            (3, 'processing', s.processing),
+                                            (4, 'on_hold', s.on_hold)) AS k(n, state, v)
+        UNION ALL
+        SELECT 2, s.q, 0, format('queue=%s', s.ql), s.dead FROM s
+        UNION ALL
+        SELECT 3, s.q, 0, format('queue=%s', s.ql), extract(epoch FROM s.oldest_queued_age) FROM s
+        UNION ALL
+        SELECT 4, s.q, 0, format('queue=%s', s.ql), s.processed_1h FROM s
+        UNION ALL
+        SELECT 5, s.q, 0, format('queue=%s', s.ql), s.failed_1h FROM s
+        UNION ALL
+        SELECT 6, s.q, k.n, format('queue=%s,quantile=%s', s.ql, queue._prom_label(k.quantile)),
+               extract(epoch FROM k.v)
+          FROM s CROSS JOIN LATERAL (VALUES (1, '0.5', s.wait_p50), (2, '0.95', s.wait_p95)) AS k(n, quantile, v)
+        UNION ALL
+        SELECT 7, s.q, k.n, format('queue=%s,quantile=%s', s.ql, queue._prom_label(k.quantile)),
+               extract(epoch FROM k.v)
+          FROM s CROSS JOIN LATERAL (VALUES (1, '0.5', s.run_p50), (2, '0.95', s.run_p95)) AS k(n, quantile, v)
+        UNION ALL
+        SELECT 8, s.q, 0, format('queue=%s', s.ql), CASE WHEN s.paused THEN 1 ELSE 0 END FROM s
+        UNION ALL
+        SELECT 9, s.q, 0, format('queue=%s,kind=%s', s.ql, queue._prom_label(a.kind)), count(*)
+          FROM s JOIN queue.alerts a ON a.queue_name = s.q AND a.cleared_at IS NULL
+         GROUP BY s.q, s.ql, a.kind
+        UNION ALL
+        SELECT 10, s.q, 0, format('queue=%s', s.ql),
+               (SELECT count(*) FROM queue.item_done d WHERE d.queue_name = s.q) FROM s
+        UNION ALL
+        SELECT 11, s.q, 0, format('queue=%s', s.ql),
+               (SELECT count(*) FROM queue.failure_log f WHERE f.queue_name = s.q) FROM s
+        UNION ALL
+        SELECT 12, s.q, 0, format('queue=%s,reason=%s', s.ql, queue._prom_label(x.reason)), count(*)
+          FROM s JOIN queue.dead_letters x ON x.queue_name = s.q
+         GROUP BY s.q, s.ql, x.reason),
+    lines (ord, q, sub, labels, line) AS (
+        SELECT f.ord, '', -2, '', format('# HELP %s %s', f.name, f.help) FROM fam f
+        UNION ALL
+        SELECT f.ord, '', -1, '', format('# TYPE %s %s', f.name, f.kind) FROM fam f
+        UNION ALL
+        SELECT m.ord, m.q, m.sub, m.labels,
+               format('%s{%s} %s', f.name, m.labels, queue._prom_value(m.val))
+          FROM smp m JOIN fam f ON f.ord = m.ord)
+    SELECT string_agg(l.line, E'\n' ORDER BY l.ord, l.q, l.sub, l.labels) || E'\n'
+      INTO v_out
+      FROM lines l;
+    RETURN v_out;
+END
+$$;
+COMMENT ON FUNCTION queue.prometheus()
+    IS 'Prometheus text exposition of stats (gauges) and counters of every queue the caller may read';
