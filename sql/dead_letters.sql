@@ -126,6 +126,13 @@ SELECT expired, dead_lettered FROM queue.sweep() WHERE queue_name = 'q_ttl_sweep
 SELECT reason FROM queue.dead_letters WHERE queue_name = 'q_ttl_sweep' AND item_id = :y1;
 SELECT count(*) AS live FROM queue.items WHERE queue_name = 'q_ttl_sweep';
 
+-- case: cancel, replay and expiry are recorded in events
+SELECT count(*) AS cancelled FROM queue.events
+ WHERE queue_name = 'q_dlq' AND item_id IN (:c1, :c2) AND kind = 'cancelled';
+SELECT count(*) AS replayed FROM queue.events
+ WHERE queue_name = 'q_dlq' AND item_id IN (:d1, :r1) AND kind = 'replayed';
+SELECT count(*) AS expired FROM queue.events WHERE queue_name = 'q_ttl' AND kind = 'expired';
+
 SELECT queue.drop_queue('q_ttl_sweep', force => true);
 SELECT queue.drop_queue('q_ttl', force => true);
 SELECT queue.drop_queue('q_redrive', force => true);

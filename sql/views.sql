@@ -68,5 +68,9 @@ SELECT queue_name, count(*) FROM queue.items WHERE queue_name IN ('q_views', 'q_
  GROUP BY 1 ORDER BY 1;
 SELECT count(*) AS cross_queue FROM queue.item('q_views2', :v_queued);
 
+-- case: hold and unhold are recorded in events (only when they did something)
+SELECT kind FROM queue.events
+ WHERE queue_name = 'q_views' AND item_id = :v_held AND kind IN ('held', 'unheld') ORDER BY event_id;
+
 SELECT queue.drop_queue('q_views2', force => true);
 SELECT queue.drop_queue('q_views', force => true);
