@@ -1,4 +1,5 @@
 -- Raw SQL floor: plain table queue. Recreated by run.sh before every run.
+SET client_min_messages = warning;
 DROP TABLE IF EXISTS rq;
 CREATE TABLE rq (
   id        bigserial PRIMARY KEY,
