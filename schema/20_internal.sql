@@ -26,6 +26,16 @@ CREATE FUNCTION queue._worker_offline_after() RETURNS int
     LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_worker_offline_after_seconds';
 COMMENT ON FUNCTION queue._worker_offline_after() IS 'queue.worker_offline_after in seconds';
 
+-- The hot path caches queue settings per backend; any change to the
+-- settings table tells every backend to drop its cache.
+CREATE FUNCTION queue._invalidate_cache() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'queue_invalidate_cache';
+COMMENT ON FUNCTION queue._invalidate_cache() IS 'Drops the cached queue settings of every backend';
+
+CREATE TRIGGER queue_config_invalidate
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON queue.queue_config
+    FOR EACH STATEMENT EXECUTE FUNCTION queue._invalidate_cache();
+
 -- Which events a queue's audit level keeps.
 CREATE FUNCTION queue._audit_keeps(audit text, kind text) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$

@@ -61,8 +61,8 @@ static SPIPlanPtr checkpoint_plan = NULL;
 
 #define COMPLETE_SQL \
 	"WITH d AS (DELETE FROM queue.item_live " \
-	"            WHERE queue_name = $1 AND item_id = $2 " \
-	"              AND lease_token = $3 " \
+	"            WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
+	"              AND lease_token" OP("=") "$3 " \
 	"           RETURNING *) " \
 	"INSERT INTO queue.item_done (queue_name, item_id, payload, result, attempts, worker, " \
 	"       enqueued_at, claimed_at, completed_at, dedup_key, correlation_id, progress) " \
@@ -72,9 +72,10 @@ static SPIPlanPtr checkpoint_plan = NULL;
 
 #define COMPLETE_BATCH_SQL \
 	"WITH d AS (DELETE FROM queue.item_live i " \
-	"            USING unnest($2::bigint[], $3::bigint[]) AS u(id, tok) " \
-	"            WHERE i.queue_name = $1 AND i.item_id = u.id " \
-	"              AND i.lease_token = u.tok " \
+	"            USING ROWS FROM (pg_catalog.unnest($2::pg_catalog.int8[]), " \
+	"                             pg_catalog.unnest($3::pg_catalog.int8[])) AS u(id, tok) " \
+	"            WHERE i.queue_name" OP("=") "$1 AND i.item_id" OP("=") "u.id " \
+	"              AND i.lease_token" OP("=") "u.tok " \
 	"           RETURNING i.*) " \
 	"INSERT INTO queue.item_done (queue_name, item_id, payload, result, attempts, worker, " \
 	"       enqueued_at, claimed_at, completed_at, dedup_key, correlation_id, progress) " \
@@ -91,22 +92,24 @@ static SPIPlanPtr checkpoint_plan = NULL;
 #define DEDUP_DONE_BATCH_SQL \
 	"INSERT INTO queue.dedup_done (queue_name, dedup_key, item_id, completed_at) " \
 	"SELECT $1, u.k, u.i, pg_catalog.now() " \
-	"  FROM unnest($2::text[], $3::bigint[]) AS u(k, i) WHERE u.k IS NOT NULL " \
+	"  FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.text[]), pg_catalog.unnest($3::pg_catalog.int8[])) AS u(k, i) " \
+	" WHERE u.k IS NOT NULL " \
 	"ON CONFLICT (queue_name, dedup_key) DO UPDATE " \
 	"   SET item_id = EXCLUDED.item_id, completed_at = EXCLUDED.completed_at"
 
 #define COMPLETED_EVENTS_SQL \
 	"INSERT INTO queue.events (queue_name, item_id, kind, worker, attempt) " \
 	"SELECT $1, u.i, 'completed', u.w, u.a " \
-	"  FROM unnest($2::bigint[], $3::text[], $4::int[]) AS u(i, w, a)"
+	"  FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.int8[]), pg_catalog.unnest($3::pg_catalog.text[]), " \
+	"                  pg_catalog.unnest($4::pg_catalog.int4[])) AS u(i, w, a)"
 
 #define PROBE_DONE_SQL \
 	"SELECT queue._breaker_probe_done($1, $2, $3)"
 
 #define FAIL_LOCK_SQL \
 	"SELECT attempt, max_attempts, worker FROM queue.item_live " \
-	" WHERE queue_name = $1 AND item_id = $2 " \
-	"   AND lease_token = $3 FOR UPDATE"
+	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
+	"   AND lease_token" OP("=") "$3 FOR UPDATE"
 
 #define FAILURE_LOG_SQL \
 	"INSERT INTO queue.failure_log (queue_name, item_id, attempt, worker, kind, error_code, error) " \
@@ -115,13 +118,13 @@ static SPIPlanPtr checkpoint_plan = NULL;
 #define RETRY_SQL \
 	"UPDATE queue.item_live " \
 	"   SET lease_token = NULL, lease_expires_at = NULL, worker = NULL, " \
-	"       visible_at = pg_catalog.now() + pg_catalog.make_interval(secs => $3), " \
-	"       run_at = pg_catalog.now() + pg_catalog.make_interval(secs => $3), " \
+	"       visible_at = pg_catalog.now()" OP("+") "pg_catalog.make_interval(secs => $3), " \
+	"       run_at = pg_catalog.now()" OP("+") "pg_catalog.make_interval(secs => $3), " \
 	"       priority = base_priority, last_error = $4, error_code = $5, " \
-	"       errors = errors || pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(" \
+	"       errors = errors" OP("||") "pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(" \
 	"         'attempt', attempt, 'at', pg_catalog.now(), 'worker', worker, " \
 	"         'error', $4, 'error_code', $5)) " \
-	" WHERE queue_name = $1 AND item_id = $2 " \
+	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
 	"RETURNING run_at"
 
 #define BURY_SQL \
@@ -133,34 +136,34 @@ static SPIPlanPtr checkpoint_plan = NULL;
 #define RELEASE_SQL \
 	"UPDATE queue.item_live " \
 	"   SET lease_token = NULL, lease_expires_at = NULL, worker = NULL, " \
-	"       attempt = greatest(attempt - 1, 0), " \
+	"       attempt = greatest(attempt" OP("-") "1, 0), " \
 	"       visible_at = greatest($4, pg_catalog.now()), run_at = $4, " \
 	"       priority = base_priority " \
-	" WHERE queue_name = $1 AND item_id = $2 " \
-	"   AND lease_token = $3 " \
+	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
+	"   AND lease_token" OP("=") "$3 " \
 	"RETURNING attempt"
 
 #define PROBE_BACK_SQL \
 	"UPDATE queue.queue_config SET breaker_state = 'open', probe_item_id = NULL, " \
 	"       probe_expires_at = NULL, " \
 	"       breaker_opened_at = least(breaker_opened_at, " \
-	"                             pg_catalog.now() - breaker_cooldown) " \
-	" WHERE queue_name = $1 AND breaker_state = 'probing' " \
-	"   AND probe_item_id = $2"
+	"                             pg_catalog.now()" OP("-") "breaker_cooldown) " \
+	" WHERE queue_name" OP("=") "$1 AND breaker_state" OP("=") "'probing' " \
+	"   AND probe_item_id" OP("=") "$2"
 
 #define EXTEND_SQL \
 	"UPDATE queue.item_live " \
-	"   SET lease_expires_at = pg_catalog.now() + $4, " \
-	"       visible_at = pg_catalog.now() + $4 " \
-	" WHERE queue_name = $1 AND item_id = $2 " \
-	"   AND lease_token = $3 " \
+	"   SET lease_expires_at = pg_catalog.now()" OP("+") "$4, " \
+	"       visible_at = pg_catalog.now()" OP("+") "$4 " \
+	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
+	"   AND lease_token" OP("=") "$3 " \
 	"RETURNING lease_expires_at"
 
 #define CHECKPOINT_SQL \
 	"UPDATE queue.item_live " \
-	"   SET progress = coalesce(progress, '{}'::jsonb) || $4 " \
-	" WHERE queue_name = $1 AND item_id = $2 " \
-	"   AND lease_token = $3"
+	"   SET progress = coalesce(progress, '{}'::pg_catalog.jsonb)" OP("||") "$4 " \
+	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
+	"   AND lease_token" OP("=") "$3"
 
 /*
  * Arguments every lease call starts with: (queue_name, item_id,

@@ -1,12 +1,20 @@
 /*-------------------------------------------------------------------------
  *
  * config.c
- *		Read one queue's settings and state for a hot-path call.
+ *		One queue's settings and state for a hot-path call, from a
+ *		per-backend cache.
  *
- * Each call reads the queue's row in queue.queue_config through a kept
- * plan (one primary-key probe).  Reading afresh instead of caching keeps
- * pause, breaker and alter_queue effective at once in every backend, and
- * costs about as much as the cache invalidation machinery would.
+ * Settings are read from queue.queue_config once and kept in a hash table
+ * keyed by queue name.  Any change to queue_config, worker_registry's
+ * gates or maintenance_window fires a statement trigger
+ * (queue._invalidate_cache) that queues a relcache invalidation of
+ * queue_config; every backend drops its cache when that message arrives.
+ * Each call first accepts pending invalidation messages, so a pause, an
+ * alter_queue or a tripped breaker committed by another session is seen
+ * by the very next call, as if the row had been read afresh.
+ *
+ * Time-dependent state (has the breaker's cooldown passed, did the probe's
+ * lease run out) is kept as timestamps and judged at each call.
  *
  * src/config.c
  *
@@ -14,23 +22,103 @@
  */
 #include "postgres.h"
 
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "fmgr.h"
+#include "storage/sinval.h"
 #include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+#include "access/xact.h"
 
 #include "queue.h"
 
+PG_FUNCTION_INFO_V1(queue_invalidate_cache);
+
+/* A cached queue: its settings and the timestamps of its breaker state. */
+typedef struct ConfigEntry
+{
+	char		queue_name[NAMEDATALEN];	/* hash key */
+	QueueConfig cfg;			/* settings; cfg.queue_name unused here */
+	bool		has_cooldown_end;	/* breaker open: when may it probe? */
+	TimestampTz cooldown_end;
+	bool		has_probe_expiry;	/* probing: when does the probe's lease end? */
+	TimestampTz probe_expires_at;
+} ConfigEntry;
+
+static HTAB *config_cache = NULL;
+static Oid	anchor_relid = InvalidOid;	/* queue.queue_config */
 static SPIPlanPtr config_plan = NULL;
 
 #define CONFIG_SQL \
 	"SELECT lease_timeout, max_attempts, " \
-	"       pg_catalog.date_part('epoch', backoff_base)::float8, backoff_factor, " \
-	"       pg_catalog.date_part('epoch', backoff_max)::float8, backoff_jitter, " \
+	"       pg_catalog.date_part('epoch', backoff_base)::pg_catalog.float8, backoff_factor, " \
+	"       pg_catalog.date_part('epoch', backoff_max)::pg_catalog.float8, backoff_jitter, " \
 	"       item_ttl, dedup_window, max_in_flight, notify, audit, " \
 	"       breaker_threshold IS NOT NULL, paused, breaker_state, " \
-	"       breaker_opened_at + breaker_cooldown <= pg_catalog.now(), " \
-	"       probe_expires_at <= pg_catalog.now(), probe_item_id, " \
+	"       breaker_opened_at" OP("+") "breaker_cooldown, " \
+	"       probe_expires_at, probe_item_id, " \
 	"       restrict_reader, restrict_producer, restrict_worker " \
-	"  FROM queue.queue_config WHERE queue_name = $1"
+	"  FROM queue.queue_config WHERE queue_name" OP("=") "$1"
+
+/*
+ * Relcache callback: a message about queue_config (or a reset of all)
+ * drops the cache.  The oid is looked up again on next use, since DROP and
+ * CREATE EXTENSION give the table a new one.
+ */
+static void
+config_cache_callback(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == anchor_relid)
+	{
+		if (config_cache != NULL)
+		{
+			hash_destroy(config_cache);
+			config_cache = NULL;
+		}
+		anchor_relid = InvalidOid;
+	}
+}
+
+void
+queue_cache_init(void)
+{
+	CacheRegisterRelcacheCallback(config_cache_callback, (Datum) 0);
+}
+
+static Oid
+anchor_oid(void)
+{
+	if (!OidIsValid(anchor_relid))
+	{
+		Oid			nsp = get_namespace_oid("queue", false);
+
+		anchor_relid = get_relname_relid("queue_config", nsp);
+		if (!OidIsValid(anchor_relid))
+			elog(ERROR, "queue: table queue.queue_config is missing");
+	}
+	return anchor_relid;
+}
+
+/*
+ * queue._invalidate_cache() returns trigger
+ *
+ * Statement trigger on the tables the caches mirror: tells every backend,
+ * this one included, to drop its cached settings once this transaction
+ * commits (this backend at its next command).
+ */
+Datum
+queue_invalidate_cache(PG_FUNCTION_ARGS)
+{
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		elog(ERROR, "queue._invalidate_cache() must be called as a trigger");
+	CacheInvalidateRelcacheByRelid(anchor_oid());
+	return PointerGetDatum(NULL);
+}
 
 static inline bool
 get_bool(HeapTuple tup, TupleDesc desc, int col)
@@ -41,37 +129,29 @@ get_bool(HeapTuple tup, TupleDesc desc, int col)
 	return !isnull && DatumGetBool(d);
 }
 
-/*
- * queue_load_config
- *		Fill *cfg for queue_name, or fail with 42704 if there is no such
- *		queue.  Must run inside an SPI connection.
- */
-void
-queue_load_config(const char *queue_name, QueueConfig *cfg)
+/* Read one queue's row into a new cache entry; false if there is no queue. */
+static bool
+load_entry(const char *queue_name, ConfigEntry *e)
 {
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		values[1];
-	SPIPlanPtr	plan;
 	HeapTuple	tup;
 	TupleDesc	desc;
 	bool		isnull;
 	Datum		d;
 	char	   *s;
+	QueueConfig *cfg = &e->cfg;
 
-	plan = queue_prepare_cached(&config_plan, CONFIG_SQL, 1, argtypes);
 	values[0] = CStringGetTextDatum(queue_name);
-	if (SPI_execute_plan(plan, values, NULL, true, 1) != SPI_OK_SELECT)
+	if (SPI_execute_plan(queue_prepare_cached(&config_plan, CONFIG_SQL, 1, argtypes),
+						 values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "queue: reading queue settings failed");
 	if (SPI_processed == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("queue \"%s\" does not exist", queue_name),
-				 errhint("Create it with queue.create_queue('%s').", queue_name)));
+		return false;
 
 	tup = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
 	memset(cfg, 0, sizeof(QueueConfig));
-	cfg->queue_name = pstrdup(queue_name);
 	cfg->lease_timeout = *DatumGetIntervalP(SPI_getbinval(tup, desc, 1, &isnull));
 	cfg->max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
 	cfg->backoff_base_s = DatumGetFloat8(SPI_getbinval(tup, desc, 3, &isnull));
@@ -95,11 +175,74 @@ queue_load_config(const char *queue_name, QueueConfig *cfg)
 	cfg->paused = get_bool(tup, desc, 13);
 	s = SPI_getvalue(tup, desc, 14);
 	cfg->breaker_state = s ? s[0] : 'c';
-	cfg->cooldown_over = get_bool(tup, desc, 15);
-	cfg->probe_lost = get_bool(tup, desc, 16);
+	d = SPI_getbinval(tup, desc, 15, &isnull);
+	e->has_cooldown_end = !isnull;
+	e->cooldown_end = isnull ? 0 : DatumGetTimestampTz(d);
+	d = SPI_getbinval(tup, desc, 16, &isnull);
+	e->has_probe_expiry = !isnull;
+	e->probe_expires_at = isnull ? 0 : DatumGetTimestampTz(d);
 	d = SPI_getbinval(tup, desc, 17, &isnull);
 	cfg->probe_item_id = isnull ? 0 : DatumGetInt64(d);
 	cfg->restrict_reader = get_bool(tup, desc, 18);
 	cfg->restrict_producer = get_bool(tup, desc, 19);
 	cfg->restrict_worker = get_bool(tup, desc, 20);
+	return true;
+}
+
+/*
+ * queue_load_config
+ *		Fill *cfg for queue_name, or fail with 42704 if there is no such
+ *		queue.  Must run inside an SPI connection.  *cfg is a copy: the
+ *		cache may be dropped by any later statement.
+ */
+void
+queue_load_config(const char *queue_name, QueueConfig *cfg)
+{
+	ConfigEntry *e;
+	bool		found;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+	/* see sessions' committed changes before trusting the cache */
+	AcceptInvalidationMessages();
+	(void) anchor_oid();
+
+	if (config_cache == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = NAMEDATALEN;
+		ctl.entrysize = sizeof(ConfigEntry);
+		config_cache = hash_create("queue settings cache", 16, &ctl,
+								   HASH_ELEM | HASH_STRINGS);
+	}
+
+	e = (ConfigEntry *) hash_search(config_cache, queue_name, HASH_FIND, &found);
+	if (!found)
+	{
+		ConfigEntry fresh;
+
+		if (!load_entry(queue_name, &fresh))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("queue \"%s\" does not exist", queue_name),
+					 errhint("Create it with queue.create_queue('%s').", queue_name)));
+		/* NB: the SPI statement may have dropped the cache meanwhile */
+		if (config_cache != NULL)
+		{
+			e = (ConfigEntry *) hash_search(config_cache, queue_name, HASH_ENTER, &found);
+			memcpy(e, &fresh, sizeof(ConfigEntry));
+			strlcpy(e->queue_name, queue_name, NAMEDATALEN);
+		}
+		else
+			e = &fresh;
+		*cfg = e->cfg;
+		cfg->cooldown_over = e->has_cooldown_end && e->cooldown_end <= now;
+		cfg->probe_lost = e->has_probe_expiry && e->probe_expires_at <= now;
+		cfg->queue_name = pstrdup(queue_name);
+		return;
+	}
+	*cfg = e->cfg;
+	cfg->cooldown_over = e->has_cooldown_end && e->cooldown_end <= now;
+	cfg->probe_lost = e->has_probe_expiry && e->probe_expires_at <= now;
+	cfg->queue_name = pstrdup(queue_name);
 }

@@ -64,29 +64,29 @@ static SPIPlanPtr claimed_event_plan = NULL;
 	"WITH cand AS MATERIALIZED (" \
 	"  SELECT i.item_id, i.priority AS prio, i.visible_at AS since, " \
 	"         i.lease_token IS NOT NULL AS lost, " \
-	"         (i.expires_at IS NOT NULL AND i.expires_at <= pg_catalog.now()) AS expired, " \
-	"         (i.lease_token IS NOT NULL AND i.attempt >= i.max_attempts) AS spent " \
+	"         (i.expires_at IS NOT NULL AND i.expires_at" OP("<=") "pg_catalog.now()) AS expired, " \
+	"         (i.lease_token IS NOT NULL AND i.attempt" OP(">=") "i.max_attempts) AS spent " \
 	"    FROM queue.item_live i " \
-	"   WHERE i.queue_name = $1 " \
-	"     AND i.visible_at <= pg_catalog.now() " \
+	"   WHERE i.queue_name" OP("=") "$1 " \
+	"     AND i.visible_at" OP("<=") "pg_catalog.now() " \
 	"   ORDER BY i.priority, i.visible_at, i.item_id " \
 	"   LIMIT $2 " \
 	"   FOR UPDATE SKIP LOCKED), " \
 	"claimed AS (" \
 	"  UPDATE queue.item_live i " \
-	"     SET attempt = i.attempt + 1, " \
+	"     SET attempt = i.attempt" OP("+") "1, " \
 	"         lease_token = pg_catalog.nextval('queue.lease_token_seq'::pg_catalog.regclass), " \
 	"         worker = $3, claimed_at = pg_catalog.now(), " \
-	"         lease_expires_at = pg_catalog.now() + $4, " \
-	"         visible_at = pg_catalog.now() + $4, " \
-	"         errors = CASE WHEN c.lost THEN i.errors || pg_catalog.jsonb_build_array(" \
+	"         lease_expires_at = pg_catalog.now()" OP("+") "$4, " \
+	"         visible_at = pg_catalog.now()" OP("+") "$4, " \
+	"         errors = CASE WHEN c.lost THEN i.errors" OP("||") "pg_catalog.jsonb_build_array(" \
 	"                    pg_catalog.jsonb_build_object('attempt', i.attempt, 'at', i.lease_expires_at, " \
 	"                      'worker', i.worker, 'error', 'lease expired', 'error_code', 'lease_expired')) " \
 	"                  ELSE i.errors END, " \
 	"         last_error = CASE WHEN c.lost THEN 'lease expired' ELSE i.last_error END, " \
 	"         error_code = CASE WHEN c.lost THEN 'lease_expired' ELSE i.error_code END " \
 	"    FROM cand c " \
-	"   WHERE i.queue_name = $1 AND i.item_id = c.item_id " \
+	"   WHERE i.queue_name" OP("=") "$1 AND i.item_id" OP("=") "c.item_id " \
 	"     AND NOT c.expired AND NOT c.spent " \
 	"  RETURNING i.item_id, i.lease_token, i.payload, i.progress, i.attempt, i.max_attempts, " \
 	"            i.base_priority, i.enqueued_at, i.lease_expires_at, i.dedup_key, i.correlation_id, " \
@@ -100,60 +100,60 @@ static SPIPlanPtr claimed_event_plan = NULL;
 
 #define WORKER_SQL \
 	"SELECT w.draining, w.capacity IS NOT NULL, " \
-	"       w.last_seen < pg_catalog.now() - '" LAST_SEEN_REFRESH "'::pg_catalog.interval, " \
+	"       w.last_seen" OP("<") "(pg_catalog.now()" OP("-") "'" LAST_SEEN_REFRESH "'::pg_catalog.interval), " \
 	"       EXISTS (SELECT 1 FROM queue.maintenance_window m " \
-	"                WHERE m.worker = $1 " \
-	"                  AND m.starts_at <= pg_catalog.now() " \
-	"                  AND m.ends_at > pg_catalog.now()) " \
-	"  FROM queue.worker_registry w WHERE w.worker = $1"
+	"                WHERE m.worker" OP("=") "$1 " \
+	"                  AND m.starts_at" OP("<=") "pg_catalog.now() " \
+	"                  AND m.ends_at" OP(">") "pg_catalog.now()) " \
+	"  FROM queue.worker_registry w WHERE w.worker" OP("=") "$1"
 
 #define REGISTER_SQL \
 	"INSERT INTO queue.worker_registry (worker) VALUES ($1) ON CONFLICT (worker) DO NOTHING"
 
 #define SEEN_SQL \
 	"UPDATE queue.worker_registry SET last_seen = pg_catalog.now() " \
-	" WHERE worker = $1"
+	" WHERE worker" OP("=") "$1"
 
 /* the worker's row lock serialises the capacity check of its sessions */
 #define WORKER_LOCK_SQL \
-	"SELECT capacity FROM queue.worker_registry WHERE worker = $1 FOR UPDATE SKIP LOCKED"
+	"SELECT capacity FROM queue.worker_registry WHERE worker" OP("=") "$1 FOR UPDATE SKIP LOCKED"
 
 #define WORKER_LOAD_SQL \
 	"SELECT pg_catalog.count(*) FROM queue.queue_config q " \
-	"  JOIN queue.item_live i ON i.queue_name = q.queue_name " \
-	" WHERE i.worker = $1 " \
-	"   AND i.lease_expires_at > pg_catalog.now()"
+	"  JOIN queue.item_live i ON i.queue_name" OP("=") "q.queue_name " \
+	" WHERE i.worker" OP("=") "$1 " \
+	"   AND i.lease_expires_at" OP(">") "pg_catalog.now()"
 
 #define CAP_LOCK_SQL \
 	"SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext($1), 1903520101)"
 
 #define IN_FLIGHT_SQL \
 	"SELECT pg_catalog.count(*) FROM queue.item_live " \
-	" WHERE queue_name = $1 AND worker IS NOT NULL " \
-	"   AND lease_expires_at > pg_catalog.now()"
+	" WHERE queue_name" OP("=") "$1 AND worker IS NOT NULL " \
+	"   AND lease_expires_at" OP(">") "pg_catalog.now()"
 
 /* half-open: the first dequeue after the cooldown becomes the probe */
 #define PROBE_SQL \
 	"WITH c AS (SELECT queue_name FROM queue.queue_config " \
-	"            WHERE queue_name = $1 AND paused " \
-	"              AND ((breaker_state = 'open' " \
-	"                    AND breaker_opened_at + breaker_cooldown <= now()) " \
-	"                OR (breaker_state = 'probing' AND probe_expires_at <= now())) " \
+	"            WHERE queue_name" OP("=") "$1 AND paused " \
+	"              AND ((breaker_state" OP("=") "'open' " \
+	"                    AND (breaker_opened_at" OP("+") "breaker_cooldown)" OP("<=") "pg_catalog.now()) " \
+	"                OR (breaker_state" OP("=") "'probing' AND probe_expires_at" OP("<=") "pg_catalog.now())) " \
 	"              FOR UPDATE SKIP LOCKED) " \
 	"UPDATE queue.queue_config q SET breaker_state = 'probing', probe_item_id = NULL, " \
 	"       probe_expires_at = 'infinity' " \
-	"  FROM c WHERE q.queue_name = c.queue_name"
+	"  FROM c WHERE q.queue_name" OP("=") "c.queue_name"
 
 #define PROBE_SET_SQL \
 	"UPDATE queue.queue_config SET probe_item_id = $2, probe_expires_at = $3 " \
-	" WHERE queue_name = $1"
+	" WHERE queue_name" OP("=") "$1"
 
 #define PROBE_UNDO_SQL \
 	"UPDATE queue.queue_config SET breaker_state = 'open', probe_item_id = NULL, " \
 	"       probe_expires_at = NULL, " \
 	"       breaker_opened_at = least(breaker_opened_at, " \
-	"                             pg_catalog.now() - breaker_cooldown) " \
-	" WHERE queue_name = $1"
+	"                             pg_catalog.now()" OP("-") "breaker_cooldown) " \
+	" WHERE queue_name" OP("=") "$1"
 
 #define BURY_SQL \
 	"SELECT queue._bury($1, $2, $3, NULL, NULL)"
@@ -163,7 +163,8 @@ static SPIPlanPtr claimed_event_plan = NULL;
 
 #define CLAIMED_EVENT_SQL \
 	"INSERT INTO queue.events (queue_name, item_id, kind, worker, attempt) " \
-	"SELECT $1, u.i, 'claimed', $2, u.a FROM unnest($3::bigint[], $4::int[]) AS u(i, a)"
+	"SELECT $1, u.i, 'claimed', $2, u.a " \
+	"  FROM ROWS FROM (pg_catalog.unnest($3::pg_catalog.int8[]), pg_catalog.unnest($4::pg_catalog.int4[])) AS u(i, a)"
 
 static bool
 run_bool(SPIPlanPtr plan, Datum *values, bool read_only)

@@ -59,12 +59,12 @@ static SPIPlanPtr batch_event_plan = NULL;
 
 #define HOLDER_SQL \
 	"SELECT item_id FROM queue.item_live " \
-	" WHERE queue_name = $1 AND dedup_key = $2"
+	" WHERE queue_name" OP("=") "$1 AND dedup_key" OP("=") "$2"
 
 #define WINDOW_SQL \
 	"SELECT item_id FROM queue.dedup_done " \
-	" WHERE queue_name = $1 AND dedup_key = $2 " \
-	"   AND completed_at > pg_catalog.now() - $3"
+	" WHERE queue_name" OP("=") "$1 AND dedup_key" OP("=") "$2 " \
+	"   AND completed_at" OP(">") "(pg_catalog.now()" OP("-") "$3)"
 
 #define EVENT_SQL \
 	"INSERT INTO queue.events (queue_name, item_id, kind, worker, attempt, details) " \
@@ -78,23 +78,24 @@ static SPIPlanPtr batch_event_plan = NULL;
 	"INSERT INTO queue.item_live (queue_name, item_id, priority, visible_at, base_priority, " \
 	"       run_at, max_attempts, expires_at, dedup_key, payload) " \
 	"SELECT $1, u.id, $4, greatest($5, pg_catalog.now()), $4, $5, $6, $7, u.k, u.p " \
-	"  FROM unnest($2::bigint[], $3::jsonb[], $8::text[]) AS u(id, p, k) " \
+	"  FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.int8[]), pg_catalog.unnest($3::pg_catalog.jsonb[]), " \
+	"                  pg_catalog.unnest($8::pg_catalog.text[])) AS u(id, p, k) " \
 	" WHERE u.id IS NOT NULL " \
 	"ON CONFLICT (queue_name, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING " \
 	"RETURNING item_id"
 
 #define BATCH_HOLDER_SQL \
 	"SELECT dedup_key, item_id FROM queue.item_live " \
-	" WHERE queue_name = $1 AND dedup_key = ANY ($2)"
+	" WHERE queue_name" OP("=") "$1 AND dedup_key" OP("=") "ANY ($2)"
 
 #define BATCH_WINDOW_SQL \
 	"SELECT dedup_key, item_id FROM queue.dedup_done " \
-	" WHERE queue_name = $1 AND dedup_key = ANY ($2) " \
-	"   AND completed_at > pg_catalog.now() - $3"
+	" WHERE queue_name" OP("=") "$1 AND dedup_key" OP("=") "ANY ($2) " \
+	"   AND completed_at" OP(">") "(pg_catalog.now()" OP("-") "$3)"
 
 #define BATCH_EVENT_SQL \
 	"INSERT INTO queue.events (queue_name, item_id, kind, attempt) " \
-	"SELECT $1, i, 'enqueued', 0 FROM pg_catalog.unnest($2::bigint[]) AS i"
+	"SELECT $1, i, 'enqueued', 0 FROM pg_catalog.unnest($2::pg_catalog.int8[]) AS i"
 
 /*
  * queue_audit_keeps

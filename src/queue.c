@@ -60,6 +60,8 @@ _PG_init(void)
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("queue");
+
+	queue_cache_init();
 }
 
 /*

@@ -7,10 +7,12 @@
  * complete, fail) and the checks every call makes (names, arguments,
  * queue settings, per-queue access).  Everything runs through SPI with
  * plans prepared once per backend and kept; no statement text is ever
- * built from an argument.  Every SQL-callable C function is declared with
- * SET search_path = pg_catalog, pg_temp, so the statements' unqualified
- * operators and functions resolve to the built-in ones (access.c, reached
- * from views under the caller's search_path, qualifies its operators).
+ * built from an argument.  The C functions run under the caller's
+ * search_path (a function-level SET would cost more than some of the
+ * statements), so every statement qualifies its functions, types and
+ * operators: OP("=") expands to OPERATOR(pg_catalog.=).  Mind that
+ * OPERATOR() binds like any user operator: parenthesise arithmetic on
+ * either side of a comparison.
  *
  * src/queue.h
  *
@@ -23,6 +25,9 @@
 
 #include "executor/spi.h"
 #include "utils/timestamp.h"
+
+/* A built-in operator, immune to the caller's search_path. */
+#define OP(o) " OPERATOR(pg_catalog." o ") "
 
 /* Limits of the public contract. */
 #define QUEUE_NAME_MAXLEN		47
@@ -92,6 +97,7 @@ extern void queue_check_positive_interval(Interval *iv, const char *argname);
 extern double queue_interval_seconds(const Interval *iv);
 
 /* config.c */
+extern void queue_cache_init(void);
 extern void queue_load_config(const char *queue_name, QueueConfig *cfg);
 
 /* access.c */
