@@ -5,17 +5,19 @@
 # a slow, flaky ERP:
 #   - an invoice without a customer is rejected for good
 #       (stderr "BAD_INVOICE: ...", exit 65: a permanent failure);
-#   - while the outage flag file exists, every call times out
+#   - while the outage flag file exists, every call fails at once
 #       (stderr "ERP_TIMEOUT: ...", exit 75 = EX_TEMPFAIL: retried later);
-#   - otherwise about 2 % of calls time out at random, also exit 75;
+#   - otherwise about 2 % of calls time out (picked from the item id and
+#       attempt, so a retry usually succeeds), also exit 75;
 #   - one invoice marked "slow" takes 15 s, longer than the 6 s lease,
 #       so the bot has to keep its lease alive;
 #   - the rest book in ERP_LATENCY seconds and print the ERP document as
 #       JSON on stdout, which becomes the item's result.
 # The last stderr line starts with an error code ("ERP_TIMEOUT: ..."),
 # which queue-worker records as the failure's error_code.
+# Shell built-ins only, apart from sleep: the demo runs thousands of these.
 
-payload=$(cat)
+IFS= read -r payload || true
 flag=${ERP_OUTAGE_FLAG:-/nonexistent}
 latency=${ERP_LATENCY:-0.1}
 
@@ -28,13 +30,11 @@ case $payload in
 esac
 
 if [ -e "$flag" ]; then
-	sleep 0.05
 	echo "ERP_TIMEOUT: ERP unreachable (outage), no answer" >&2
 	exit 75
 fi
 
-rand=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
-if [ $((rand % 100)) -lt 2 ]; then
+if [ $(((QUEUE_ITEM_ID * 7919 + QUEUE_ATTEMPT * 104729) % 100)) -lt 2 ]; then
 	sleep 0.05
 	echo "ERP_TIMEOUT: no answer within the deadline" >&2
 	exit 75

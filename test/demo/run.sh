@@ -123,7 +123,7 @@ EOF
 	{ tail -20 "$LOGS/postgres.log"; exit 1; }
 "$BINDIR/createdb" -h "$DEMO" -p "$PORT" demo || exit 1
 
-sql <<'EOF' || exit 1
+sql >/dev/null <<'EOF' || exit 1
 \set VERBOSITY terse
 CREATE EXTENSION pg_cron;
 CREATE EXTENSION queue;
@@ -137,7 +137,6 @@ SELECT queue.create_queue('invoices',
          backoff_factor      => 2,
          backoff_max         => '8 s',
          dedup_window        => '1 hour',
-         audit               => 'all',
          sla                 => '2 min',
          breaker_threshold   => 0.5,
          breaker_window      => '1 min',
@@ -173,20 +172,23 @@ note "$(val "SELECT count(*) FROM demo_sent") enqueued; stats: $(val "SELECT for
 # -- the fleet -------------------------------------------------------------
 start_bot() {
 	local n=$1
-	ERP_OUTAGE_FLAG="$FLAG" ERP_LATENCY=0.1 "$WORKER" --dsn "$DSN" --queue invoices \
-		--exec "$ERP" --name "bot-$n" --concurrency 3 --lease '6 s' --heartbeat 2s \
+	ERP_OUTAGE_FLAG="$FLAG" ERP_LATENCY=0.05 "$WORKER" --dsn "$DSN" --queue invoices \
+		--exec "$ERP" --name "bot-$n" --concurrency 4 --lease '6 s' --heartbeat 2s \
 		--poll 1s --poll-max 2s --grace 5s >"$LOGS/bot-$n.out" 2>"$LOGS/bot-$n.log" &
 	BOT_PID[$n]=$!
 }
-say "starting $BOTS bots: queue-worker --queue invoices --exec test/demo/erp.sh --concurrency 3 --lease '6 s'"
+say "starting $BOTS bots: queue-worker --queue invoices --exec test/demo/erp.sh --concurrency 4 --lease '6 s'"
 for n in $(seq 1 $BOTS); do start_bot "$n"; done
 
-status_line() {
-	val "SELECT format('t=%ss  processed %s  dead %s  queued %s  scheduled %s  processing %s  %s',
-	        '$(elapsed)', (SELECT count(*) FROM queue.history WHERE queue_name = 'invoices'),
-	        s.dead, s.queued, s.scheduled, s.processing,
-	        CASE WHEN s.paused THEN 'PAUSED: ' || coalesce(q.pause_reason, '') ELSE 'running' END)
-	     FROM queue.stats('invoices') s, queue.queues q WHERE q.queue_name = 'invoices'" 2>/dev/null
+# One query per tick: live item count, paused flag, and a status line.
+poll_state() {
+	IFS='|' read -r LEFT PAUSED STATUS < <(val "SELECT
+	        (SELECT count(*) FROM queue.items WHERE queue_name = 'invoices'), q.paused,
+	        format('t=%ss  processed %s  dead %s  queued %s  scheduled %s  processing %s  %s',
+	          '$(elapsed)', (SELECT count(*) FROM queue.history WHERE queue_name = 'invoices'),
+	          s.dead, s.queued, s.scheduled, s.processing,
+	          CASE WHEN s.paused THEN 'PAUSED: ' || coalesce(q.pause_reason, '') ELSE 'running' END)
+	     FROM queue.stats('invoices') s, queue.queues q WHERE q.queue_name = 'invoices'" 2>/dev/null)
 }
 
 killed=0
@@ -197,16 +199,16 @@ urgent_sent=0
 top_shown=0
 last_sweep=0
 last_status=0
-deadline=$((SECONDS + 150))
+deadline=$((SECONDS + 140))
 KILLED_BOT=3
 T_START=$SECONDS
 
 while [ $SECONDS -lt $deadline ]; do
 	now=$SECONDS
 	t=$((now - T_START))
-	done_n=$(val "SELECT count(*) FROM queue.history WHERE queue_name = 'invoices'")
+	poll_state
 
-	if [ $urgent_sent = 0 ] && [ $t -ge 3 ]; then
+	if [ $urgent_sent = 0 ] && [ $t -ge 1 ]; then
 		say "t=$(elapsed)s a producer sends $URGENT urgent invoices (priority 0) and re-sends $DUPLICATES old ones"
 		sql <<EOF >/dev/null || exit 1
 WITH src AS (
@@ -230,17 +232,17 @@ EOF
 		note "dedup: $(val "SELECT count(*) FILTER (WHERE resent) || ' re-sent, ' || count(DISTINCT item_id) FILTER (WHERE resent) || ' of them matched existing items, ' || (count(*) - count(DISTINCT item_id)) || ' duplicates dropped' FROM demo_sent")"
 	fi
 
-	if [ $killed = 0 ] && [ $t -ge 10 ]; then
-		held=$(val "SELECT count(*) FROM queue.items WHERE queue_name = 'invoices' AND worker = 'bot-$KILLED_BOT' AND state = 'processing'")
-		say "t=$(elapsed)s kill -9 bot-$KILLED_BOT while it holds $held item(s); nobody releases them"
-		val "CREATE TABLE demo_orphans AS SELECT item_id, attempt FROM queue.items WHERE queue_name = 'invoices' AND worker = 'bot-$KILLED_BOT' AND state = 'processing'" >/dev/null
+	if [ $killed = 0 ] && [ $t -ge 3 ]; then
 		kill -KILL "${BOT_PID[$KILLED_BOT]}"
 		wait "${BOT_PID[$KILLED_BOT]}" 2>/dev/null
+		val "CREATE TABLE demo_orphans AS SELECT item_id, attempt FROM queue.items WHERE queue_name = 'invoices' AND worker = 'bot-$KILLED_BOT' AND state = 'processing'" >/dev/null
+		say "t=$(elapsed)s kill -9 bot-$KILLED_BOT while it holds $(val "SELECT count(*) FROM demo_orphans") item(s); nobody releases them"
+
 		unset "BOT_PID[$KILLED_BOT]"
 		killed=1
 	fi
 
-	if [ $outage_on = 0 ] && [ $outage_done = 0 ] && [ $t -ge 16 ]; then
+	if [ $outage_on = 0 ] && [ $outage_done = 0 ] && [ $t -ge 5 ]; then
 		say "t=$(elapsed)s ERP outage begins: every call times out (exit 75, ERP_TIMEOUT)"
 		touch "$FLAG"
 		outage_on=1
@@ -252,7 +254,7 @@ EOF
 		outage_on=0
 		outage_done=1
 	fi
-	if [ $outage_on = 1 ] && [ $top_shown = 0 ] && [ "$(val "SELECT paused FROM queue.queues WHERE queue_name = 'invoices'")" = t ]; then
+	if [ $outage_on = 1 ] && [ $top_shown = 0 ] && [ "$PAUSED" = t ]; then
 		say "t=$(elapsed)s the breaker opened; what an operator sees (queue-top --once):"
 		val "SELECT queue.sweep()" >/dev/null 2>&1
 		"$TOP" --dsn "$DSN" --once 2>&1 | sed 's/^/   | /'
@@ -267,17 +269,16 @@ EOF
 		last_sweep=$now
 	fi
 	if [ $((now - last_status)) -ge 3 ]; then
-		note "$(status_line)"
+		note "$STATUS"
 		last_status=$now
 	fi
 
-	left=$(val "SELECT count(*) FROM queue.items WHERE queue_name = 'invoices'")
-	if [ "$left" = 0 ] && [ $outage_done = 1 ]; then
-		note "$(status_line)"
+	if [ "$LEFT" = 0 ] && [ $outage_done = 1 ]; then
+		note "$STATUS"
 		say "t=$(elapsed)s every invoice is processed or dead-lettered"
 		break
 	fi
-	sleep 0.5
+	sleep 1
 done
 [ $SECONDS -lt $deadline ] || say "time is up: reporting what there is (some invoices are still live)"
 
