@@ -36,6 +36,23 @@ CREATE TRIGGER queue_config_invalidate
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON queue.queue_config
     FOR EACH STATEMENT EXECUTE FUNCTION queue._invalidate_cache();
 
+-- dequeue also caches each worker's gates: drain, capacity, windows.
+-- last_seen moving forward is no news; moving back (an operator or a test
+-- ageing a worker) is.
+CREATE TRIGGER worker_registry_invalidate
+    AFTER INSERT OR DELETE OR TRUNCATE ON queue.worker_registry
+    FOR EACH STATEMENT EXECUTE FUNCTION queue._invalidate_cache();
+CREATE TRIGGER worker_registry_gates_invalidate
+    AFTER UPDATE ON queue.worker_registry
+    FOR EACH ROW
+    WHEN (OLD.draining IS DISTINCT FROM NEW.draining
+          OR OLD.capacity IS DISTINCT FROM NEW.capacity
+          OR OLD.last_seen > NEW.last_seen)
+    EXECUTE FUNCTION queue._invalidate_cache();
+CREATE TRIGGER maintenance_window_invalidate
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON queue.maintenance_window
+    FOR EACH STATEMENT EXECUTE FUNCTION queue._invalidate_cache();
+
 -- Which events a queue's audit level keeps.
 CREATE FUNCTION queue._audit_keeps(audit text, kind text) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$

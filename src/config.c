@@ -27,6 +27,7 @@
 #include "commands/trigger.h"
 #include "fmgr.h"
 #include "storage/sinval.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
@@ -50,7 +51,31 @@ typedef struct ConfigEntry
 	TimestampTz probe_expires_at;
 } ConfigEntry;
 
+/* A cached worker: the gates dequeue applies to it. */
+#define WORKER_KEYLEN 128
+#define WORKER_MAX_WINDOWS 8
+typedef struct WorkerEntry
+{
+	char		worker[WORKER_KEYLEN];	/* hash key */
+	QueueWorkerGates gates;		/* draining, capacity, last_seen */
+	int			nwindows;		/* maintenance windows not yet over */
+	TimestampTz starts[WORKER_MAX_WINDOWS];
+	TimestampTz ends[WORKER_MAX_WINDOWS];
+} WorkerEntry;
+
 static HTAB *config_cache = NULL;
+static HTAB *worker_cache = NULL;
+static SPIPlanPtr worker_plan = NULL;
+
+#define WORKER_SQL \
+	"SELECT w.draining, w.capacity IS NOT NULL, w.last_seen, " \
+	"       ARRAY(SELECT m.starts_at FROM queue.maintenance_window m " \
+	"              WHERE m.worker" OP("=") "$1 AND m.ends_at" OP(">") "pg_catalog.now() " \
+	"              ORDER BY m.starts_at LIMIT 9), " \
+	"       ARRAY(SELECT m.ends_at FROM queue.maintenance_window m " \
+	"              WHERE m.worker" OP("=") "$1 AND m.ends_at" OP(">") "pg_catalog.now() " \
+	"              ORDER BY m.starts_at LIMIT 9) " \
+	"  FROM queue.worker_registry w WHERE w.worker" OP("=") "$1"
 static Oid	anchor_relid = InvalidOid;	/* queue.queue_config */
 static SPIPlanPtr config_plan = NULL;
 
@@ -79,6 +104,11 @@ config_cache_callback(Datum arg, Oid relid)
 		{
 			hash_destroy(config_cache);
 			config_cache = NULL;
+		}
+		if (worker_cache != NULL)
+		{
+			hash_destroy(worker_cache);
+			worker_cache = NULL;
 		}
 		anchor_relid = InvalidOid;
 	}
@@ -245,4 +275,113 @@ queue_load_config(const char *queue_name, QueueConfig *cfg)
 	cfg->cooldown_over = e->has_cooldown_end && e->cooldown_end <= now;
 	cfg->probe_lost = e->has_probe_expiry && e->probe_expires_at <= now;
 	cfg->queue_name = pstrdup(queue_name);
+}
+
+/* Read a worker's row and open windows; false if the worker is unknown. */
+static bool
+load_worker(Datum worker, WorkerEntry *e)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+	ArrayType  *starts;
+	ArrayType  *ends;
+	Datum	   *sv;
+	Datum	   *ev;
+	int			ns,
+				ne;
+
+	if (SPI_execute_plan(queue_prepare_cached(&worker_plan, WORKER_SQL, 1, argtypes),
+						 &worker, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "queue: reading worker failed");
+	if (SPI_processed == 0)
+		return false;
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	e->gates.draining = get_bool(tup, desc, 1);
+	e->gates.has_capacity = get_bool(tup, desc, 2);
+	e->gates.last_seen = DatumGetTimestampTz(SPI_getbinval(tup, desc, 3, &isnull));
+	starts = DatumGetArrayTypeP(SPI_getbinval(tup, desc, 4, &isnull));
+	ends = DatumGetArrayTypeP(SPI_getbinval(tup, desc, 5, &isnull));
+	deconstruct_array(starts, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+					  &sv, NULL, &ns);
+	deconstruct_array(ends, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+					  &ev, NULL, &ne);
+	/* more windows than we keep: -1 makes every call ask the table */
+	e->nwindows = (ns > WORKER_MAX_WINDOWS) ? -1 : Min(ns, ne);
+	for (int i = 0; i < e->nwindows; i++)
+	{
+		e->starts[i] = DatumGetTimestampTz(sv[i]);
+		e->ends[i] = DatumGetTimestampTz(ev[i]);
+	}
+	return true;
+}
+
+/*
+ * queue_load_worker
+ *		The gates of a worker for dequeue: false if the worker is unknown.
+ *		Inside an SPI connection.  Called right after queue_load_config,
+ *		which accepted pending invalidations.
+ */
+bool
+queue_load_worker(Datum worker, QueueWorkerGates *gates)
+{
+	char	   *name = TextDatumGetCString(worker);
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	WorkerEntry fresh;
+	WorkerEntry *e = NULL;
+	bool		found = false;
+	bool		cacheable = strlen(name) < WORKER_KEYLEN;
+
+	if (cacheable && worker_cache == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = WORKER_KEYLEN;
+		ctl.entrysize = sizeof(WorkerEntry);
+		worker_cache = hash_create("queue worker cache", 64, &ctl,
+								   HASH_ELEM | HASH_STRINGS);
+	}
+	if (cacheable)
+		e = (WorkerEntry *) hash_search(worker_cache, name, HASH_FIND, &found);
+	if (!found || e->nwindows < 0)
+	{
+		if (!load_worker(worker, &fresh))
+			return false;
+		e = &fresh;
+		/* NB: the SPI statement may have dropped the cache meanwhile */
+		if (cacheable && worker_cache != NULL && fresh.nwindows >= 0)
+		{
+			e = (WorkerEntry *) hash_search(worker_cache, name, HASH_ENTER, &found);
+			memcpy(e, &fresh, sizeof(WorkerEntry));
+			strlcpy(e->worker, name, WORKER_KEYLEN);
+		}
+	}
+	*gates = e->gates;
+	gates->in_maintenance = false;
+	for (int i = 0; i < e->nwindows; i++)
+		if (e->starts[i] <= now && now < e->ends[i])
+			gates->in_maintenance = true;
+	if (e->nwindows < 0)
+		gates->in_maintenance = true;	/* conservative; see load_worker */
+	return true;
+}
+
+/*
+ * queue_worker_seen
+ *		Record in the cache that last_seen was just written.
+ */
+void
+queue_worker_seen(Datum worker, TimestampTz when)
+{
+	char	   *name = TextDatumGetCString(worker);
+	WorkerEntry *e;
+	bool		found;
+
+	if (worker_cache == NULL || strlen(name) >= WORKER_KEYLEN)
+		return;
+	e = (WorkerEntry *) hash_search(worker_cache, name, HASH_FIND, &found);
+	if (found)
+		e->gates.last_seen = when;
 }

@@ -43,10 +43,9 @@ PG_FUNCTION_INFO_V1(queue_dequeue);
 #define DEQUEUE_NCOLS 11
 
 /* last_seen is refreshed at most this often by dequeue. */
-#define LAST_SEEN_REFRESH "5 s"
+#define LAST_SEEN_REFRESH_USECS (5 * USECS_PER_SEC)
 
 static SPIPlanPtr claim_plan = NULL;
-static SPIPlanPtr worker_plan = NULL;
 static SPIPlanPtr register_plan = NULL;
 static SPIPlanPtr seen_plan = NULL;
 static SPIPlanPtr worker_lock_plan = NULL;
@@ -97,15 +96,6 @@ static SPIPlanPtr claimed_event_plan = NULL;
 	"       c.prio, c.since, c.lost, CASE WHEN c.expired THEN 1 ELSE 2 END " \
 	"  FROM cand c WHERE c.expired OR c.spent " \
 	"ORDER BY 12, 13, 1"
-
-#define WORKER_SQL \
-	"SELECT w.draining, w.capacity IS NOT NULL, " \
-	"       w.last_seen" OP("<") "(pg_catalog.now()" OP("-") "'" LAST_SEEN_REFRESH "'::pg_catalog.interval), " \
-	"       EXISTS (SELECT 1 FROM queue.maintenance_window m " \
-	"                WHERE m.worker" OP("=") "$1 " \
-	"                  AND m.starts_at" OP("<=") "pg_catalog.now() " \
-	"                  AND m.ends_at" OP(">") "pg_catalog.now()) " \
-	"  FROM queue.worker_registry w WHERE w.worker" OP("=") "$1"
 
 #define REGISTER_SQL \
 	"INSERT INTO queue.worker_registry (worker) VALUES ($1) ON CONFLICT (worker) DO NOTHING"
@@ -198,17 +188,10 @@ worker_allowance(Datum worker)
 {
 	Oid			argtypes[1] = {TEXTOID};
 	bool		isnull;
-	HeapTuple	tup;
-	TupleDesc	desc;
-	bool		draining,
-				has_capacity,
-				stale,
-				in_maintenance;
+	QueueWorkerGates gates;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
 
-	if (SPI_execute_plan(queue_prepare_cached(&worker_plan, WORKER_SQL, 1, argtypes),
-						 &worker, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "queue: reading worker failed");
-	if (SPI_processed == 0)
+	if (!queue_load_worker(worker, &gates))
 	{
 		/* unknown workers are registered on their first dequeue */
 		if (SPI_execute_plan(queue_prepare_cached(&register_plan, REGISTER_SQL, 1, argtypes),
@@ -216,22 +199,16 @@ worker_allowance(Datum worker)
 			elog(ERROR, "queue: registering worker failed");
 		return -1;
 	}
-	tup = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
-	draining = DatumGetBool(SPI_getbinval(tup, desc, 1, &isnull));
-	has_capacity = DatumGetBool(SPI_getbinval(tup, desc, 2, &isnull));
-	stale = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
-	in_maintenance = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
-
-	if (stale)
+	if (now - gates.last_seen > LAST_SEEN_REFRESH_USECS)
 	{
 		if (SPI_execute_plan(queue_prepare_cached(&seen_plan, SEEN_SQL, 1, argtypes),
 							 &worker, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "queue: refreshing worker failed");
+		queue_worker_seen(worker, now);
 	}
-	if (draining || in_maintenance)
+	if (gates.draining || gates.in_maintenance)
 		return 0;
-	if (has_capacity)
+	if (gates.has_capacity)
 	{
 		int32		capacity;
 		int64		held;

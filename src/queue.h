@@ -80,6 +80,15 @@ typedef struct QueueConfig
 	bool		restrict_worker;
 } QueueConfig;
 
+/* What dequeue needs of a worker's registry row. */
+typedef struct QueueWorkerGates
+{
+	bool		draining;		/* gets nothing new */
+	bool		has_capacity;	/* a capacity is set (checked under lock) */
+	bool		in_maintenance;	/* inside a maintenance window now */
+	TimestampTz last_seen;		/* as last written */
+} QueueWorkerGates;
+
 /* queue.c */
 extern int	queue_max_payload_bytes;
 extern int	queue_worker_offline_after;
@@ -99,6 +108,8 @@ extern double queue_interval_seconds(const Interval *iv);
 /* config.c */
 extern void queue_cache_init(void);
 extern void queue_load_config(const char *queue_name, QueueConfig *cfg);
+extern bool queue_load_worker(Datum worker, QueueWorkerGates *gates);
+extern void queue_worker_seen(Datum worker, TimestampTz when);
 
 /* access.c */
 extern void queue_check_access(const QueueConfig *cfg, QueueAccess access);
