@@ -1,6 +1,7 @@
 -- Errors: every rejected call fails with its SQLSTATE and changes nothing.
 \set VERBOSITY terse
 
+SELECT count(*) AS queues_at_start FROM queue.queues \gset
 SELECT queue.create_queue('q_err', max_attempts => 2);
 SELECT queue.enqueue('q_err', '{"e": 1}') AS e1 \gset
 SELECT queue.enqueue('q_err', '{"e": 2}') AS e2 \gset
@@ -30,7 +31,7 @@ SELECT queue.create_queue('my-queue');
 \echo :LAST_ERROR_SQLSTATE
 SELECT queue.create_queue('café');
 \echo :LAST_ERROR_SQLSTATE
-SELECT count(*) AS queues FROM queue.queues;
+SELECT count(*) - :queues_at_start AS queues_added FROM queue.queues;
 
 -- case: malformed queue names are 22023 everywhere, even where the queue would not exist
 SELECT queue.enqueue('Invoices', '{}');
@@ -218,9 +219,9 @@ SELECT queue.replay('q_err', :e1);
 \set VERBOSITY terse
 
 -- case: nothing above changed anything
-SELECT count(*) AS queues FROM queue.queues;
+SELECT count(*) - :queues_at_start AS queues_added FROM queue.queues;
 SELECT state, count(*) FROM queue.items WHERE queue_name = 'q_err' GROUP BY state ORDER BY state;
-SELECT reason, review_status, count(*) FROM queue.dead_letters GROUP BY 1, 2;
-SELECT count(*) AS history FROM queue.history;
+SELECT reason, review_status, count(*) FROM queue.dead_letters WHERE queue_name = 'q_err' GROUP BY 1, 2;
+SELECT count(*) AS history FROM queue.history WHERE queue_name = 'q_err';
 
 SELECT queue.drop_queue('q_err', force => true);

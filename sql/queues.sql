@@ -127,4 +127,5 @@ SELECT queue.purge('Q-Purge');
 
 SELECT queue.drop_queue('q_purge', force => true);
 SELECT queue.drop_queue('q_defaults');
-SELECT count(*) AS queues_left FROM queue.queues;
+SELECT count(*) AS queues_left FROM queue.queues
+ WHERE queue_name IN ('q_defaults', 'q_custom', 'q_empty', 'q_purge');

@@ -91,16 +91,16 @@ SELECT queue.fail('q_retry', :r7, :t, 'half way', retry_in => '0 s');
 SELECT item_id = :r7 AS same_item, attempt, progress FROM queue.dequeue('q_retry', 'w2');
 
 -- case: backoff is capped at backoff_max
-SELECT queue.create_queue('q_cap', backoff_base => '10 s', backoff_factor => 100,
+SELECT queue.create_queue('q_retry_cap', backoff_base => '10 s', backoff_factor => 100,
        backoff_max => '1 min', backoff_jitter => 0, max_attempts => 5);
-SELECT queue.enqueue('q_cap', '{}') AS c1 \gset
-SELECT lease_token AS t FROM queue.dequeue('q_cap', 'w1') \gset
-SELECT queue.fail('q_cap', :c1, :t, 'one', retry_in => '0 s');
-SELECT lease_token AS t FROM queue.dequeue('q_cap', 'w1') \gset
+SELECT queue.enqueue('q_retry_cap', '{}') AS c1 \gset
+SELECT lease_token AS t FROM queue.dequeue('q_retry_cap', 'w1') \gset
+SELECT queue.fail('q_retry_cap', :c1, :t, 'one', retry_in => '0 s');
+SELECT lease_token AS t FROM queue.dequeue('q_retry_cap', 'w1') \gset
 BEGIN;
-SELECT queue.fail('q_cap', :c1, :t, 'two');
+SELECT queue.fail('q_retry_cap', :c1, :t, 'two');
 SELECT run_at = now() + interval '1 min' AS capped_1min
-  FROM queue.items WHERE queue_name = 'q_cap' AND item_id = :c1;
+  FROM queue.items WHERE queue_name = 'q_retry_cap' AND item_id = :c1;
 COMMIT;
 
 -- case: jitter spreads the backoff within +-backoff_jitter; retry_in gets no jitter
@@ -124,5 +124,5 @@ SELECT run_at = now() + interval '100 s' AS exact
 COMMIT;
 
 SELECT queue.drop_queue('q_jitter', force => true);
-SELECT queue.drop_queue('q_cap', force => true);
+SELECT queue.drop_queue('q_retry_cap', force => true);
 SELECT queue.drop_queue('q_retry', force => true);
