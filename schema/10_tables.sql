@@ -116,10 +116,6 @@ CREATE TABLE queue.item_done (
     progress       jsonb,
     PRIMARY KEY (queue_name, item_id)
 );
--- completed_at grows with insertion order: a BRIN index costs next to
--- nothing per completion and serves retention and the hourly counts.
-CREATE INDEX item_done_completed_brin
-    ON queue.item_done USING brin (completed_at) WITH (pages_per_range = 16);
 -- per-queue completions by time: stats' last hour, snapshots, breaker window, retention
 CREATE INDEX item_done_queue_completed_idx ON queue.item_done (queue_name, completed_at);
 
