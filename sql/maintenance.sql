@@ -157,9 +157,10 @@ SELECT count(*) FROM queue.sweep() WHERE queue_name = 'm_alert';
 SELECT kind, message FROM queue.alerts
  WHERE queue_name = 'm_alert' AND kind = 'stalled_lease' AND cleared_at IS NULL;
 
--- case: worker_offline: an offline worker holds one of the queue's items
+-- case: worker_offline: an offline worker held one of the queue's items; sweep
+-- recovers the item (recovered) and clears the alert once the worker is back
 UPDATE queue.worker_registry SET last_seen = now() - interval '1 h' WHERE worker = 'w-slow';
-SELECT count(*) FROM queue.sweep() WHERE queue_name = 'm_alert';
+SELECT recovered FROM queue.sweep() WHERE queue_name = 'm_alert';
 SELECT kind, message, details FROM queue.alerts
  WHERE queue_name = 'm_alert' AND kind = 'worker_offline' AND cleared_at IS NULL;
 UPDATE queue.worker_registry SET last_seen = now() WHERE worker = 'w-slow';
@@ -200,9 +201,11 @@ COMMIT;
 
 -- case: pg_cron absent: a clear error with a hint (55000)
 \set VERBOSITY default
+\set SHOW_CONTEXT never
 SELECT queue.enable_cron();
 SELECT queue.disable_cron();
 \set VERBOSITY terse
+\set SHOW_CONTEXT errors
 SELECT queue.enable_cron(sweep_schedule => NULL);
 
 -- case: with pg_cron, enable_cron registers two named jobs; enabling again

@@ -68,8 +68,10 @@ SELECT max_attempts, backoff_factor, backoff_jitter, lease_timeout = '45 s' AS l
 
 -- case: a new queue's max_attempts and lease_timeout apply to its items
 SELECT queue.enqueue('q_custom', '{"n": 1}') AS id1 \gset
-SELECT item_id = :id1 AS same_item, max_attempts, lease_expires_at - now() BETWEEN '44 s' AND '45 s' AS lease_45s
-  FROM queue.dequeue('q_custom', 'w1') WHERE item_id = :id1;
+SELECT item_id = :id1 AS same_item, max_attempts, lease_expires_at - now() BETWEEN '44 s' AND '45 s' AS lease_45s,
+       lease_token AS tok1
+  FROM queue.dequeue('q_custom', 'w1') \gset
+SELECT :'same_item' AS same_item, :max_attempts AS max_attempts, :'lease_45s' AS lease_45s;
 
 -- case: drop_queue refuses while items are live (55006) and changes nothing
 SELECT queue.drop_queue('q_custom');
@@ -80,6 +82,13 @@ SELECT count(*) AS items FROM queue.items WHERE queue_name = 'q_custom';
 -- case: drop_queue with force removes the queue, its items and history,
 -- leaving one queue_dropped event
 SELECT queue.enqueue('q_custom', '{"n": 2}') AS id2 \gset
+SELECT queue.enqueue('q_custom', '{"n": 3}') AS id3 \gset
+SELECT queue.complete('q_custom', :id1, :tok1);
+SELECT queue.cancel('q_custom', :id3);
+SELECT (SELECT count(*) FROM queue.items WHERE queue_name = 'q_custom') AS items,
+       (SELECT count(*) FROM queue.history WHERE queue_name = 'q_custom') AS history,
+       (SELECT count(*) FROM queue.dead_letters WHERE queue_name = 'q_custom') AS dead,
+       (SELECT count(*) > 0 FROM queue.events WHERE queue_name = 'q_custom') AS has_events;
 SELECT queue.drop_queue('q_custom', force => true);
 SELECT count(*) AS queues FROM queue.queues WHERE queue_name = 'q_custom';
 SELECT count(*) AS items FROM queue.items WHERE queue_name = 'q_custom';

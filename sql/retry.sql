@@ -123,6 +123,17 @@ SELECT run_at = now() + interval '100 s' AS exact
   FROM queue.items WHERE queue_name = 'q_jitter' AND item_id = :j;
 COMMIT;
 
+-- case: the default settings back off 5 s +-10 % on the first failure
+SELECT queue.create_queue('q_retry_default');
+SELECT queue.enqueue('q_retry_default', '{}') AS rd \gset
+SELECT lease_token AS t FROM queue.dequeue('q_retry_default', 'w1') \gset
+BEGIN;
+SELECT queue.fail('q_retry_default', :rd, :t, 'default backoff');
+SELECT run_at BETWEEN now() + interval '4.5 s' AND now() + interval '5.5 s' AS backoff_5s_jittered
+  FROM queue.items WHERE queue_name = 'q_retry_default' AND item_id = :rd;
+COMMIT;
+SELECT queue.drop_queue('q_retry_default', force => true);
+
 SELECT queue.drop_queue('q_jitter', force => true);
 SELECT queue.drop_queue('q_retry_cap', force => true);
 SELECT queue.drop_queue('q_retry', force => true);

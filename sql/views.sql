@@ -61,6 +61,16 @@ SELECT queue.fail('q_views', :v_retry, :t_retry, 'ERP down', retry_in => '1 h');
 SELECT state, attempt, last_error FROM queue.items WHERE queue_name = 'q_views' AND item_id = :v_retry;
 SELECT state FROM queue.item('q_views', :v_retry);
 
+-- case: every item enqueued is in exactly one place: live, history or dead letters
+SELECT v.s, count(p.item_id) AS places
+  FROM (VALUES ('queued', :v_queued), ('scheduled', :v_sched), ('held', :v_held), ('processing', :v_proc),
+               ('processed', :v_done), ('dead', :v_dead), ('retry', :v_retry)) AS v(s, id)
+  LEFT JOIN (SELECT item_id FROM queue.items WHERE queue_name = 'q_views'
+             UNION ALL SELECT item_id FROM queue.history WHERE queue_name = 'q_views'
+             UNION ALL SELECT item_id FROM queue.dead_letters WHERE queue_name = 'q_views') AS p
+    ON p.item_id = v.id
+ GROUP BY v.s, v.id ORDER BY v.id;
+
 -- case: the views list every queue's items; item() of another queue finds nothing
 SELECT queue.create_queue('q_views2');
 SELECT queue.enqueue('q_views2', '{"s": "other"}') AS v_other \gset
