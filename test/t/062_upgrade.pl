@@ -1,0 +1,232 @@
+
+# Copyright (c) the queue authors
+#
+# Upgrade path: a database created at the first release (0.1.0) and filled
+# with queues, items in every state, grants, dead letters and events is
+# brought to the current version with ALTER EXTENSION queue UPDATE.  When
+# upgrade scripts queue--0.1.0--*.sql exist, the update must lose nothing
+# and leave the same schema, privileges, policies and pg_dump registrations
+# as a fresh CREATE EXTENSION of the current version; the old leases still
+# work.  Without upgrade scripts, ALTER EXTENSION queue UPDATE is a no-op
+# that keeps everything.
+
+use strict;
+use warnings FATAL => 'all';
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $first = '0.1.0';
+
+my $node = PostgreSQL::Test::Cluster->new('upgrade');
+$node->init;
+$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'pg_cron'
+cron.database_name = 'postgres'
+});
+$node->start;
+
+my $current = $node->safe_psql('postgres',
+	q{SELECT default_version FROM pg_available_extensions WHERE name = 'queue'});
+like($current, qr/^\d+\.\d+\.\d+$/, "current version is $current");
+my $paths = $node->safe_psql('postgres', qq{
+	SELECT string_agg(target || ': ' || path, '; ' ORDER BY target)
+	  FROM pg_extension_update_paths('queue')
+	 WHERE source = '$first' AND path IS NOT NULL});
+note("update paths from $first: " . ($paths || 'none'));
+if ($current ne $first)
+{
+	like($paths, qr/\Q$current\E: /, "an update path leads from $first to $current");
+}
+
+# ---------------------------------------------------------------- old data
+
+$node->safe_psql('postgres', 'CREATE DATABASE old');
+$node->safe_psql('old', "CREATE EXTENSION queue VERSION '$first'");
+$node->safe_psql('old', q{
+	CREATE ROLE regress_up_worker LOGIN IN ROLE queue_worker;
+	CREATE ROLE regress_up_other LOGIN IN ROLE queue_worker;
+	SELECT queue.create_queue('up', max_attempts => 2, dedup_window => '1 h', audit => 'all',
+		sla => '10 min', breaker_threshold => 0.5);
+	SELECT queue.create_queue('up_closed');
+	SELECT queue.grant_queue('up_closed', 'regress_up_worker', 'worker');
+	SELECT queue.enqueue('up', jsonb_build_object('n', g), priority => g % 3,
+		dedup_key => 'k' || g) FROM generate_series(1, 40) g;
+	SELECT queue.enqueue('up', '{"later": true}', run_at => now() + interval '1 day');
+	SELECT queue.enqueue('up_closed', '{"closed": true}');
+	SELECT queue.register_worker('up_bot', ARRAY['up'], 20);
+});
+my %tok = map { split /\|/ } split /\n/, $node->safe_psql('old',
+	q{SELECT item_id || '|' || lease_token FROM queue.dequeue('up', 'up_bot', batch_size => 12)});
+my @claimed = sort { $a <=> $b } keys %tok;
+is(scalar @claimed, 12, 'twelve items claimed');
+# four completed, two failed for good, one retrying, one checkpointed, the rest processing
+$node->safe_psql('old', join("\n",
+	(map { "SELECT queue.complete('up', $_, $tok{$_}, '{\"ok\": 1}');" } @claimed[0 .. 3]),
+	(map { "SELECT queue.fail('up', $_, $tok{$_}, 'bad', error_code => 'E1', permanent => true);" }
+		@claimed[4 .. 5]),
+	"SELECT queue.fail('up', $claimed[6], $tok{$claimed[6]}, 'later', retry_in => '1 h');",
+	"SELECT queue.checkpoint('up', $claimed[7], $tok{$claimed[7]}, '{\"page\": 3}');",
+	"SELECT queue.hold('up', (SELECT max(item_id) - 2 FROM queue.item_live WHERE queue_name = 'up'));"));
+
+# Everything that must survive, as text.
+my $data_sql = q{
+	SELECT 'queue', row_to_json(q)::text FROM queue.queues q
+	UNION ALL
+	SELECT 'item', concat_ws('|', queue_name, item_id, state, priority, attempt, max_attempts,
+		run_at, enqueued_at, lease_expires_at, worker, dedup_key, correlation_id, last_error,
+		payload, progress) FROM queue.items
+	UNION ALL
+	SELECT 'history', concat_ws('|', queue_name, item_id, payload, result, attempts, worker,
+		enqueued_at, claimed_at, completed_at, dedup_key) FROM queue.history
+	UNION ALL
+	SELECT 'dead', concat_ws('|', queue_name, item_id, payload, attempts, reason, last_error,
+		error_code, errors, dead_at, review_status, replayed_as) FROM queue.dead_letters
+	UNION ALL
+	SELECT 'event', concat_ws('|', queue_name, event_id, item_id, kind, worker, attempt, details)
+	  FROM queue.events
+	UNION ALL
+	SELECT 'grant', concat_ws('|', g.queue_name, r.rolname, g.access)
+	  FROM queue.queue_grant g JOIN pg_roles r ON r.oid = g.grantee
+	UNION ALL
+	SELECT 'worker', concat_ws('|', w.worker, w.queues, w.capacity, w.draining)
+	  FROM queue.worker_registry w
+	UNION ALL
+	SELECT 'seq', concat_ws('|', sequencename, last_value) FROM pg_sequences
+	 WHERE schemaname = 'queue'
+	ORDER BY 1, 2;
+};
+
+# The extension's schema, privileges, policies and pg_dump registrations.
+my $catalog_sql = q{
+	SELECT 'function ' || p.oid::regprocedure || ' returns ' || pg_get_function_result(p.oid)
+	       || ' lang ' || l.lanname || ' ' || p.provolatile::text || p.proparallel::text
+	       || ' secdef=' || p.prosecdef || ' strict=' || p.proisstrict
+	       || ' config=' || coalesce(array_to_string(p.proconfig, ','), '')
+	       || ' acl=' || coalesce(p.proacl::text, 'default')
+	       || ' args=' || pg_get_function_arguments(p.oid)
+	       || ' body=' || md5(p.prosrc)
+	  FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+	 WHERE p.pronamespace = 'queue'::regnamespace
+	UNION ALL
+	SELECT 'relation ' || c.relname || ' ' || c.relkind::text || ' rls=' || c.relrowsecurity
+	       || ' acl=' || coalesce(c.relacl::text, 'default')
+	       || ' options=' || coalesce(array_to_string(c.reloptions, ','), '')
+	  FROM pg_class c WHERE c.relnamespace = 'queue'::regnamespace
+	UNION ALL
+	SELECT 'column ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+	       || ' notnull=' || a.attnotnull
+	       || ' default=' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+	  FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+	  LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+	 WHERE c.relnamespace = 'queue'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
+	UNION ALL
+	SELECT 'index ' || pg_get_indexdef(i.indexrelid)
+	  FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+	 WHERE c.relnamespace = 'queue'::regnamespace
+	UNION ALL
+	SELECT 'constraint ' || conrelid::regclass || ' ' || conname || ' ' || pg_get_constraintdef(oid)
+	  FROM pg_constraint WHERE connamespace = 'queue'::regnamespace
+	UNION ALL
+	SELECT 'view ' || c.relname || ' ' || md5(pg_get_viewdef(c.oid))
+	  FROM pg_class c WHERE c.relnamespace = 'queue'::regnamespace AND c.relkind IN ('v', 'm')
+	UNION ALL
+	SELECT 'policy ' || tablename || ' ' || policyname || ' ' || cmd || ' ' || roles::text
+	       || ' ' || coalesce(qual, '') || ' ' || coalesce(with_check, '')
+	  FROM pg_policies WHERE schemaname = 'queue'
+	UNION ALL
+	SELECT 'trigger ' || pg_get_triggerdef(t.oid)
+	  FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+	 WHERE c.relnamespace = 'queue'::regnamespace AND NOT t.tgisinternal
+	UNION ALL
+	SELECT 'config_dump ' || x::regclass || ' ' || coalesce(e.extcondition[i], '')
+	  FROM pg_extension e, unnest(e.extconfig) WITH ORDINALITY u(x, i)
+	 WHERE e.extname = 'queue'
+	UNION ALL
+	SELECT 'role ' || rolname || ' login=' || rolcanlogin FROM pg_roles WHERE rolname LIKE 'queue\_%'
+	ORDER BY 1;
+};
+
+my $data_before = $node->safe_psql('old', $data_sql);
+like($data_before, qr/^dead\|up\|/m, 'the old database has dead letters');
+like($data_before, qr/^history\|up\|/m, 'and history');
+like($data_before, qr/^grant\|up_closed\|regress_up_worker\|worker$/m, 'and a per-queue grant');
+my $catalog_before = $node->safe_psql('old', $catalog_sql);
+
+# ---------------------------------------------------------------- update
+
+my ($ret, $out, $err) = (0, '', '');
+$ret = $node->psql('old', 'ALTER EXTENSION queue UPDATE',
+	stdout => \$out, stderr => \$err, on_error_stop => 1);
+is($ret, 0, 'ALTER EXTENSION queue UPDATE succeeds');
+is($node->safe_psql('old', q{SELECT extversion FROM pg_extension WHERE extname = 'queue'}),
+	$current, "the extension is at $current");
+
+is($node->safe_psql('old', $data_sql), $data_before, 'no data was lost or changed');
+
+if ($current eq $first)
+{
+	like($err, qr/already installed/, 'without upgrade scripts the update is a no-op');
+	is($node->safe_psql('old', $catalog_sql), $catalog_before, 'and the schema is unchanged');
+}
+
+# Upgraded equals a fresh install of the current version.
+$node->safe_psql('postgres', 'CREATE DATABASE fresh');
+$node->safe_psql('fresh', 'CREATE EXTENSION queue');
+my $catalog_fresh = $node->safe_psql('fresh', $catalog_sql);
+my $catalog_after = $node->safe_psql('old', $catalog_sql);
+is($catalog_after, $catalog_fresh,
+	'the updated schema, privileges and policies equal a fresh install');
+if ($catalog_after ne $catalog_fresh)
+{
+	my %fresh = map { $_ => 1 } split /\n/, $catalog_fresh;
+	my %after = map { $_ => 1 } split /\n/, $catalog_after;
+	diag("only after update: $_") for grep { !$fresh{$_} } sort keys %after;
+	diag("only in fresh install: $_") for grep { !$after{$_} } sort keys %fresh;
+}
+
+# ---------------------------------------------------------------- still works
+
+my $proc = $claimed[8];
+is($node->safe_psql('old', "SELECT queue.complete('up', $proc, $tok{$proc})"), 't',
+	'a lease taken before the update completes after it');
+is($node->safe_psql('old', "SELECT queue.enqueue('up', '{}', dedup_key => 'k40')"),
+	$node->safe_psql('old', q{SELECT item_id FROM queue.items WHERE dedup_key = 'k40'}),
+	'dedup still sees the old keys');
+my $dead = $claimed[4];
+like($node->safe_psql('old', "SELECT queue.replay('up', $dead)"), qr/^\d+$/,
+	'an old dead letter replays');
+my ($got_ret, $got_out, $got_err) = (0, '', '');
+$got_ret = $node->psql('old',
+	"SET ROLE regress_up_other; SELECT count(*) FROM queue.dequeue('up_closed', 'x');",
+	stdout => \$got_out, stderr => \$got_err);
+like($got_err, qr/permission denied for queue "up_closed"/,
+	'the per-queue grant still closes the queue to others');
+is($node->safe_psql('old',
+	"SET ROLE regress_up_worker; SELECT count(*) FROM queue.dequeue('up_closed', 'x')"),
+	'1', 'and admits the granted worker');
+my $queued = $node->safe_psql('old',
+	q{SELECT count(*) FROM queue.items WHERE queue_name = 'up' AND state = 'queued'});
+cmp_ok($queued, '>', 20, "old items still queued ($queued)");
+is($node->safe_psql('old',
+	"SET ROLE regress_up_worker; SELECT count(*) FROM queue.dequeue('up', 'up_bot2', batch_size => 100)"),
+	$queued, 'a worker claims the remaining old items');
+
+# pg_dump of the updated database still carries the data.
+my $dump = $node->safe_psql('postgres', 'SELECT 1') && do {
+	my ($o, $e) = ('', '');
+	IPC::Run::run([ 'pg_dump', '--data-only', '--table=queue.item_live', '--dbname',
+		$node->connstr('old') ], '>', \$o, '2>', \$e);
+	$o;
+};
+like($dump, qr/COPY queue\.item_live/, 'pg_dump still dumps the item table');
+
+$node->safe_psql('old', q{
+	SELECT queue.drop_queue('up', force => true);
+	SELECT queue.drop_queue('up_closed', force => true);
+	DROP EXTENSION queue;
+	DROP ROLE regress_up_worker, regress_up_other;
+});
+$node->stop;
+done_testing();
