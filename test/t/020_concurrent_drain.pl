@@ -78,9 +78,10 @@ INSERT INTO drain_completed
 \endif
 });
 
-# Rounds of 8 x 300 transactions until nothing is left, with a deadline.
+# Rounds of 8 x 300 transactions until nothing is left.  The deadline is
+# a safety net for a loaded machine; a normal run drains in about a minute.
 my $rounds   = 0;
-my $deadline = time() + 80;
+my $deadline = time() + 150;
 my $left;
 while (1)
 {
@@ -187,6 +188,17 @@ SELECT (SELECT coalesce(sum(attempts), 0) FROM queue.history WHERE queue_name = 
 
 is( $node->safe_psql(
 		'postgres', q{
+SELECT count(*)
+  FROM queue.history h
+  LEFT JOIN (SELECT item_id, count(*) AS fails FROM drain_failed GROUP BY item_id) f
+         ON f.item_id = h.item_id
+ WHERE h.queue_name = 'drain' AND h.attempts <> 1 + coalesce(f.fails, 0)
+}),
+	0,
+	'each processed item\'s attempts are its transient failures plus one');
+
+is( $node->safe_psql(
+		'postgres', q{
 SELECT count(*) FROM queue.dead_letters
  WHERE queue_name = 'drain' AND reason NOT IN ('permanent', 'max_attempts')
 }),
@@ -207,6 +219,29 @@ is( $node->safe_psql(
 	),
 	$n_clients,
 	'all consumers took part');
+
+# The numbers an operator sees agree with what the consumers saw.
+my $failures = $node->safe_psql('postgres', 'SELECT count(*) FROM drain_failed');
+is( $node->safe_psql(
+		'postgres', q{
+SELECT queued || ' ' || scheduled || ' ' || processing || ' ' || on_hold || ' '
+       || dead || ' ' || processed_1h || ' ' || failed_1h
+  FROM queue.stats('drain')
+}),
+	"0 0 0 0 $dead $hist $failures",
+	'stats: nothing live, dead letters, processed and failed attempts counted');
+
+is( $node->safe_psql(
+		'postgres', q{
+SELECT (SELECT count(*) FROM queue.events WHERE queue_name = 'drain' AND kind = 'failed')
+       = (SELECT count(*) FROM drain_failed)
+   AND (SELECT count(*) FROM queue.events WHERE queue_name = 'drain' AND kind = 'retrying')
+       = (SELECT count(*) FROM drain_failed WHERE outcome = 'retrying')
+   AND (SELECT count(*) FROM queue.events WHERE queue_name = 'drain' AND kind = 'dead_lettered')
+       = (SELECT count(*) FROM drain_failed WHERE outcome = 'dead')
+}),
+	't',
+	'events: one failed and one retrying or dead_lettered per failure');
 
 $node->stop;
 
