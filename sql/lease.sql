@@ -2,9 +2,9 @@
 -- extend_lease, checkpoint, release, lost leases on the last attempt, no session state.
 \set VERBOSITY terse
 
-SELECT queue.create_queue('q_lease', lease_timeout => '1 s', max_attempts => 5);
-SELECT queue.create_queue('q_spent', lease_timeout => '1 s', max_attempts => 1);
-SELECT queue.create_queue('q_spent_sweep', lease_timeout => '1 s', max_attempts => 1);
+SELECT queue.create_queue('q_lease', lease_timeout => '2 s', max_attempts => 5);
+SELECT queue.create_queue('q_spent', lease_timeout => '2 s', max_attempts => 1);
+SELECT queue.create_queue('q_spent_sweep', lease_timeout => '2 s', max_attempts => 1);
 
 SELECT queue.enqueue('q_lease', '{"k": "late"}', priority => 0) AS late \gset
 SELECT queue.enqueue('q_lease', '{"k": "lost"}', priority => 1) AS lost \gset
@@ -37,7 +37,7 @@ SELECT lease_expires_at - now() <= interval '1 h' AS unchanged FROM queue.items
 -- case: until a lease expires no other dequeue returns the item
 SELECT count(*) FROM queue.dequeue('q_lease', 'w2', batch_size => 10);
 
-SELECT pg_sleep(1.1);
+SELECT pg_sleep(2.1);
 
 -- case: a late complete of an item nobody took over still succeeds
 SELECT queue.complete('q_lease', :late, :t_late);
@@ -86,7 +86,7 @@ SELECT progress FROM queue.items WHERE queue_name = 'q_lease' AND item_id = :kep
 
 -- case: extend_lease without extend_by uses the queue's lease_timeout
 BEGIN;
-SELECT queue.extend_lease('q_lease', :kept, :t_kept) = now() + interval '1 s' AS extended_1s;
+SELECT queue.extend_lease('q_lease', :kept, :t_kept) = now() + interval '2 s' AS extended_2s;
 ROLLBACK;
 
 -- case: release gives the item back without counting an attempt and keeps its progress
