@@ -194,6 +194,64 @@ is( $node->safe_psql(
 	3,
 	'stats counts the three lost leases as failed attempts');
 
+# Orphan recovery: a bot holding a 1 h lease loses its connection and is
+# never seen again.  Once it counts as offline (queue.worker_offline_after,
+# 2 s here) sweep releases its lease at once, and its token stops working;
+# a worker that keeps heartbeating keeps its item.
+$node->safe_psql(
+	'postgres', q{
+SELECT queue.create_queue('orphan', lease_timeout => '1 hour');
+SELECT queue.enqueue('orphan', jsonb_build_object('n', g)) FROM generate_series(1, 2) AS g;
+});
+my $psql_e = $node->background_psql('postgres');
+my $row_e = $psql_e->query_safe(
+	"SELECT item_id || ' ' || lease_token FROM queue.dequeue('orphan', 'victim_e')");
+my ($e_id, $e_token) = split / /, $row_e;
+ok($e_id, 'victim e claimed an item with a 1 h lease');
+$psql_e->{run}->signal('KILL');
+eval { $psql_e->{run}->finish };
+
+my $alive_id = $node->safe_psql('postgres',
+	"SELECT item_id FROM queue.dequeue('orphan', 'alive_w')");
+ok($alive_id, 'a live worker claimed the other item');
+
+usleep(2_500_000);
+$node->safe_psql('postgres', "SELECT queue.heartbeat('alive_w')");
+
+is( $node->safe_psql(
+		'postgres', q{
+SET queue.worker_offline_after = '2s';
+SELECT recovered FROM queue.sweep() WHERE queue_name = 'orphan';
+}),
+	1,
+	'sweep recovered the offline worker\'s item before its lease ran out');
+is($node->safe_psql('postgres',
+		"SELECT queue.complete('orphan', $e_id, $e_token)"),
+	'f', 'the offline worker\'s token no longer works');
+is( $node->safe_psql(
+		'postgres',
+		"SELECT item_id || ':' || attempt FROM queue.dequeue('orphan', 'orphan_survivor')"),
+	"$e_id:2",
+	'another worker claimed the recovered item, the lost lease counted');
+is( $node->safe_psql(
+		'postgres',
+		"SELECT worker || ':' || state FROM queue.items WHERE queue_name = 'orphan' AND item_id = $alive_id"
+	),
+	'alive_w:processing',
+	'the heartbeating worker kept its item');
+ok( $node->safe_psql(
+		'postgres',
+		"SELECT count(*) FROM queue.events WHERE queue_name = 'orphan' AND item_id = $e_id AND kind = 'recovered'"
+	) >= 1,
+	'the recovery is recorded in events');
+is( $node->safe_psql(
+		'postgres', q{
+SET queue.worker_offline_after = '2s';
+SELECT status FROM queue.workers WHERE worker = 'victim_e';
+}),
+	'offline',
+	'the workers view shows the vanished worker offline');
+
 $node->stop;
 
 done_testing();
