@@ -25,6 +25,14 @@ CREATE FUNCTION queue._sweep_lock_key() RETURNS int
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS 'SELECT 1903520102';
 COMMENT ON FUNCTION queue._sweep_lock_key() IS 'Second key of the per-queue sweep advisory lock';
 
+-- A duration in whole seconds as HH:MM:SS (hours may pass 24), the same
+-- under every IntervalStyle: alert messages and health reasons use it.
+CREATE FUNCTION queue._say_duration(p interval) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT to_char(make_interval(secs => floor(extract(epoch FROM p))), 'HH24:MI:SS')
+$$;
+COMMENT ON FUNCTION queue._say_duration(interval) IS 'A duration as HH:MM:SS, independent of IntervalStyle';
+
 -- Alerts of one queue: raise what holds, clear what no longer does.
 CREATE FUNCTION queue._sweep_alerts(p_queue text)
 RETURNS void LANGUAGE plpgsql VOLATILE
@@ -49,14 +57,14 @@ BEGIN
         PERFORM queue._clear_alert(p_queue, 'sla_warning');
         PERFORM queue._raise_alert(p_queue, 'sla_critical',
             format('queue %s: oldest queued item has waited %s, over 85%% of the %s sla',
-                   p_queue, date_trunc('second', v_age), queue._say_interval(c.sla)),
+                   p_queue, queue._say_duration(v_age), queue._say_interval(c.sla)),
             jsonb_build_object('oldest_queued_age', extract(epoch FROM v_age),
                                'sla', extract(epoch FROM c.sla), 'queued', s.queued));
     ELSIF c.sla IS NOT NULL AND v_age > c.sla * 0.5 THEN
         PERFORM queue._clear_alert(p_queue, 'sla_critical');
         PERFORM queue._raise_alert(p_queue, 'sla_warning',
             format('queue %s: oldest queued item has waited %s, over half the %s sla',
-                   p_queue, date_trunc('second', v_age), queue._say_interval(c.sla)),
+                   p_queue, queue._say_duration(v_age), queue._say_interval(c.sla)),
             jsonb_build_object('oldest_queued_age', extract(epoch FROM v_age),
                                'sla', extract(epoch FROM c.sla), 'queued', s.queued));
     ELSE
@@ -104,7 +112,7 @@ BEGIN
     IF v_n > 0 THEN
         PERFORM queue._raise_alert(p_queue, 'stalled_lease',
             format('queue %s: %s lease%s held longer than 3x the p95 run time (%s)', p_queue, v_n,
-                   CASE WHEN v_n > 1 THEN 's' ELSE '' END, date_trunc('second', s.run_p95)),
+                   CASE WHEN v_n > 1 THEN 's' ELSE '' END, queue._say_duration(s.run_p95)),
             jsonb_build_object('leases', v_n, 'run_p95', extract(epoch FROM s.run_p95)));
     ELSE
         PERFORM queue._clear_alert(p_queue, 'stalled_lease');
@@ -225,10 +233,10 @@ BEGIN
     WITH d AS (
         DELETE FROM queue.item_done d
          WHERE d.queue_name = p_queue
-           AND d.item_id IN (SELECT x.item_id FROM queue.item_done x
+           AND d.item_id = ANY (ARRAY(SELECT x.item_id FROM queue.item_done x
                               WHERE x.queue_name = p_queue
                                 AND x.completed_at < v_now - c.retention
-                              LIMIT v_batch)
+                              LIMIT v_batch))
         RETURNING 1)
     SELECT count(*) INTO v_n FROM d;
     purged := purged + v_n;
@@ -237,11 +245,11 @@ BEGIN
     WITH d AS (
         DELETE FROM queue.dead_letters d
          WHERE d.queue_name = p_queue
-           AND d.item_id IN (SELECT x.item_id FROM queue.dead_letters x
+           AND d.item_id = ANY (ARRAY(SELECT x.item_id FROM queue.dead_letters x
                               WHERE x.queue_name = p_queue
                                 AND x.review_status IN ('resolved', 'rejected')
                                 AND coalesce(x.reviewed_at, x.dead_at) < v_now - c.retention
-                              LIMIT v_batch)
+                              LIMIT v_batch))
         RETURNING 1)
     SELECT count(*) INTO v_n FROM d;
     purged := purged + v_n;
@@ -250,9 +258,9 @@ BEGIN
     WITH d AS (
         DELETE FROM queue.events e
          WHERE e.queue_name = p_queue
-           AND e.event_id IN (SELECT x.event_id FROM queue.events x
+           AND e.event_id = ANY (ARRAY(SELECT x.event_id FROM queue.events x
                                WHERE x.queue_name = p_queue AND x.at < v_now - c.retention
-                               LIMIT v_batch)
+                               LIMIT v_batch))
         RETURNING 1)
     SELECT count(*) INTO v_n FROM d;
     purged := purged + v_n;
@@ -263,10 +271,10 @@ BEGIN
     WITH d AS (
         DELETE FROM queue.failure_log f
          WHERE f.queue_name = p_queue
-           AND f.failure_id IN (SELECT x.failure_id FROM queue.failure_log x
+           AND f.failure_id = ANY (ARRAY(SELECT x.failure_id FROM queue.failure_log x
                                  WHERE x.queue_name = p_queue
                                    AND x.at < v_now - v_keep_failures
-                                 LIMIT v_batch)
+                                 LIMIT v_batch))
         RETURNING 1)
     SELECT count(*) INTO v_n FROM d;
     purged := purged + v_n;
@@ -276,10 +284,10 @@ BEGIN
     WITH d AS (
         DELETE FROM queue.dedup_done k
          WHERE k.queue_name = p_queue
-           AND k.dedup_key IN (SELECT x.dedup_key FROM queue.dedup_done x
+           AND k.dedup_key = ANY (ARRAY(SELECT x.dedup_key FROM queue.dedup_done x
                                 WHERE x.queue_name = p_queue
                                   AND x.completed_at < v_now - coalesce(c.dedup_window, interval '0')
-                                LIMIT v_batch)
+                                LIMIT v_batch))
         RETURNING 1)
     SELECT count(*) INTO v_n FROM d;
     purged := purged + v_n;
@@ -288,10 +296,10 @@ BEGIN
     WITH d AS (
         DELETE FROM queue.alerts a
          WHERE a.queue_name = p_queue
-           AND a.alert_id IN (SELECT x.alert_id FROM queue.alerts x
+           AND a.alert_id = ANY (ARRAY(SELECT x.alert_id FROM queue.alerts x
                                WHERE x.queue_name = p_queue
                                  AND x.cleared_at < v_now - c.retention
-                               LIMIT v_batch)
+                               LIMIT v_batch))
         RETURNING 1)
     SELECT count(*) INTO v_n FROM d;
     purged := purged + v_n;
@@ -302,12 +310,12 @@ BEGIN
     WITH d AS (
         DELETE FROM queue.metrics_history m
          WHERE m.queue_name = p_queue
-           AND m.taken_at IN (SELECT x.taken_at FROM queue.metrics_history x
+           AND m.taken_at = ANY (ARRAY(SELECT x.taken_at FROM queue.metrics_history x
                                WHERE x.queue_name = p_queue
                                  AND x.taken_at < v_now - c.retention
                                  AND x.taken_at < v_oldest_kept
                                ORDER BY x.taken_at
-                               LIMIT v_batch)
+                               LIMIT v_batch))
         RETURNING 1)
     SELECT count(*) INTO v_n FROM d;
     purged := purged + v_n;

@@ -216,11 +216,11 @@ BEGIN
     IF c.sla IS NOT NULL AND s.oldest_queued_age > c.sla * 0.85 THEN
         v_level := 2;
         reasons := reasons || format('oldest queued item has waited %s, over 85%% of the %s sla',
-                                     date_trunc('second', s.oldest_queued_age), queue._say_interval(c.sla));
+                                     queue._say_duration(s.oldest_queued_age), queue._say_interval(c.sla));
     ELSIF c.sla IS NOT NULL AND s.oldest_queued_age > c.sla * 0.5 THEN
         v_level := 1;
         reasons := reasons || format('oldest queued item has waited %s, over half the %s sla',
-                                     date_trunc('second', s.oldest_queued_age), queue._say_interval(c.sla));
+                                     queue._say_duration(s.oldest_queued_age), queue._say_interval(c.sla));
     END IF;
 
     -- a backlog that grew across the last three snapshots
@@ -243,7 +243,7 @@ BEGIN
             v_level := greatest(v_level, 1);
             reasons := reasons || format('%s lease%s held longer than 3x the p95 run time (%s)', v_n,
                                          CASE WHEN v_n > 1 THEN 's' ELSE '' END,
-                                         date_trunc('second', s.run_p95));
+                                         queue._say_duration(s.run_p95));
         END IF;
     END IF;
 
@@ -275,7 +275,7 @@ BEGIN
             reasons := reasons || format('%s%% of %s outcomes failed in %s, over half the breaker threshold (%s%%)',
                                          round(100.0 * v_failed / (v_failed + v_ok)), v_failed + v_ok,
                                          queue._say_interval(c.breaker_window),
-                                         round((100 * c.breaker_threshold)::numeric, 1));
+                                         trim_scale(round((100 * c.breaker_threshold)::numeric, 1)));
         END IF;
     END IF;
 
