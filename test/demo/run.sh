@@ -133,9 +133,9 @@ SELECT pg_reload_conf();
 SELECT queue.create_queue('invoices',
          lease_timeout       => '6 s',
          max_attempts        => 5,
-         backoff_base        => '1 s',
+         backoff_base        => '2 s',
          backoff_factor      => 2,
-         backoff_max         => '8 s',
+         backoff_max         => '30 s',
          dedup_window        => '1 hour',
          sla                 => '2 min',
          breaker_threshold   => 0.5,
@@ -184,14 +184,18 @@ for n in $(seq 1 $BOTS); do start_bot "$n"; done
 poll_state() {
 	IFS='|' read -r LEFT PAUSED STATUS < <(val "SELECT
 	        (SELECT count(*) FROM queue.items WHERE queue_name = 'invoices'), q.paused,
-	        format('t=%ss  processed %s  dead %s  queued %s  scheduled %s  processing %s  %s',
-	          '$(elapsed)', (SELECT count(*) FROM queue.history WHERE queue_name = 'invoices'),
+	        format('processed %s  dead %s  queued %s  scheduled %s  processing %s  %s',
+	          (SELECT count(*) FROM queue.history WHERE queue_name = 'invoices'),
 	          s.dead, s.queued, s.scheduled, s.processing,
 	          CASE WHEN s.paused THEN 'PAUSED: ' || coalesce(q.pause_reason, '') ELSE 'running' END)
 	     FROM queue.stats('invoices') s, queue.queues q WHERE q.queue_name = 'invoices'" 2>/dev/null)
 }
 
 killed=0
+tripped_at=0
+LEFT=
+PAUSED=
+STATUS=
 outage_on=0
 outage_done=0
 outage_start=0
@@ -208,7 +212,7 @@ while [ $SECONDS -lt $deadline ]; do
 	t=$((now - T_START))
 	poll_state
 
-	if [ $urgent_sent = 0 ] && [ $t -ge 1 ]; then
+	if [ $urgent_sent = 0 ] && [ $outage_done = 1 ]; then
 		say "t=$(elapsed)s a producer sends $URGENT urgent invoices (priority 0) and re-sends $DUPLICATES old ones"
 		sql <<EOF >/dev/null || exit 1
 WITH src AS (
@@ -232,7 +236,7 @@ EOF
 		note "dedup: $(val "SELECT count(*) FILTER (WHERE resent) || ' re-sent, ' || count(DISTINCT item_id) FILTER (WHERE resent) || ' of them matched existing items, ' || (count(*) - count(DISTINCT item_id)) || ' duplicates dropped' FROM demo_sent")"
 	fi
 
-	if [ $killed = 0 ] && [ $t -ge 3 ]; then
+	if [ $killed = 0 ] && [ $t -ge 2 ]; then
 		kill -KILL "${BOT_PID[$KILLED_BOT]}"
 		wait "${BOT_PID[$KILLED_BOT]}" 2>/dev/null
 		val "CREATE TABLE demo_orphans AS SELECT item_id, attempt FROM queue.items WHERE queue_name = 'invoices' AND worker = 'bot-$KILLED_BOT' AND state = 'processing'" >/dev/null
@@ -242,23 +246,31 @@ EOF
 		killed=1
 	fi
 
-	if [ $outage_on = 0 ] && [ $outage_done = 0 ] && [ $t -ge 5 ]; then
-		say "t=$(elapsed)s ERP outage begins: every call times out (exit 75, ERP_TIMEOUT)"
+	# The outage starts early, while the breaker's one-minute window holds
+	# few successes, so it trips on any machine; it ends 12 s after the
+	# breaker opened: the first half-open probe (10 s cooldown) still
+	# fails and re-opens the breaker, the next one succeeds.
+	if [ $outage_on = 0 ] && [ $outage_done = 0 ] && [ $killed = 1 ] && [ $t -ge 3 ]; then
+		say "t=$(elapsed)s ERP outage begins: every call fails (exit 75, ERP_TIMEOUT)"
 		touch "$FLAG"
 		outage_on=1
 		outage_start=$now
 	fi
-	if [ $outage_on = 1 ] && [ $((now - outage_start)) -ge 25 ]; then
+	if [ $outage_on = 1 ] && [ "$PAUSED" = t ] && [ $tripped_at = 0 ]; then
+		tripped_at=$now
+		say "t=$(elapsed)s the circuit breaker opened: $(val "SELECT pause_reason FROM queue.queues WHERE queue_name = 'invoices'")"
+	fi
+	if [ $outage_on = 1 ] && [ $top_shown = 0 ] && [ $tripped_at != 0 ] && [ $((now - tripped_at)) -ge 2 ]; then
+		say "t=$(elapsed)s what an operator sees now (queue-top --once):"
+		"$TOP" --dsn "$DSN" --once 2>&1 | sed 's/^/   | /'
+		top_shown=1
+	fi
+	if [ $outage_on = 1 ] && { { [ $tripped_at != 0 ] && [ $((now - tripped_at)) -ge 12 ]; } ||
+		[ $((now - outage_start)) -ge 45 ]; }; then
 		say "t=$(elapsed)s ERP outage ends"
 		rm -f "$FLAG"
 		outage_on=0
 		outage_done=1
-	fi
-	if [ $outage_on = 1 ] && [ $top_shown = 0 ] && [ "$PAUSED" = t ]; then
-		say "t=$(elapsed)s the breaker opened; what an operator sees (queue-top --once):"
-		val "SELECT queue.sweep()" >/dev/null 2>&1
-		"$TOP" --dsn "$DSN" --once 2>&1 | sed 's/^/   | /'
-		top_shown=1
 	fi
 
 	# pg_cron sweeps once a minute; the demo compresses time by sweeping
@@ -269,12 +281,12 @@ EOF
 		last_sweep=$now
 	fi
 	if [ $((now - last_status)) -ge 3 ]; then
-		note "$STATUS"
+		note "t=$(elapsed)s  $STATUS"
 		last_status=$now
 	fi
 
-	if [ "$LEFT" = 0 ] && [ $outage_done = 1 ]; then
-		note "$STATUS"
+	if [ "$LEFT" = 0 ] && [ $urgent_sent = 1 ]; then
+		note "t=$(elapsed)s  $STATUS"
 		say "t=$(elapsed)s every invoice is processed or dead-lettered"
 		break
 	fi
