@@ -252,6 +252,29 @@ SELECT status FROM queue.workers WHERE worker = 'victim_e';
 	'offline',
 	'the workers view shows the vanished worker offline');
 
+# A producer whose connection is cut before its transaction commits leaves
+# nothing behind: no item, and its dedup_key is free for the next producer.
+my $psql_p = $node->background_psql('postgres');
+$psql_p->query_safe('BEGIN');
+my $cut_id = $psql_p->query_safe(
+	"SELECT queue.enqueue('orphan', jsonb_build_object('n', 'cut'), dedup_key => 'cut-key')");
+my $p_pid = $psql_p->query_safe('SELECT pg_backend_pid()');
+$psql_p->{run}->signal('KILL');
+eval { $psql_p->{run}->finish };
+$node->poll_query_until('postgres',
+	"SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $p_pid")
+  or die 'the producer\'s connection did not go away';
+is($node->safe_psql('postgres', "SELECT count(*) FROM queue.item('orphan', $cut_id)"),
+	0, 'the uncommitted enqueue left no item');
+my $next_id = $node->safe_psql('postgres',
+	"SELECT queue.enqueue('orphan', jsonb_build_object('n', 'again'), dedup_key => 'cut-key')");
+is( $node->safe_psql(
+		'postgres',
+		"SELECT count(*) FROM queue.items WHERE queue_name = 'orphan' AND dedup_key = 'cut-key' AND item_id = $next_id AND payload->>'n' = 'again'"
+	),
+	1,
+	'the next producer\'s enqueue with the same key made its own item');
+
 $node->stop;
 
 done_testing();
