@@ -48,6 +48,7 @@ DEPTH_CLAIM1=${DEPTH_CLAIM1:-200000}        # pre-fill of the consume-only singl
 DEPTH_CLAIM100=${DEPTH_CLAIM100:-1000000}   # pre-fill of the consume-only claim-100 runs
 PRODCONS_CONSUMERS=${PRODCONS_CONSUMERS:-1} # consumers in *_prodcons (clients 0..n-1), as pgq_cycle has 1
 PRODCONS_BATCH=${PRODCONS_BATCH:-100}
+QUEUE_OPTS=${QUEUE_OPTS:-}                  # extra create_queue arguments for 'bq', e.g. "notify => false"
 # backlog part
 LAT_LEVELS=${LAT_LEVELS:-"10000 1000000 10000000"}
 LAT_CALLS=${LAT_CALLS:-5000}
@@ -178,7 +179,7 @@ machine_notes() {
     done
     echo "extensions: $(q -c "SELECT string_agg(extname||' '||extversion, ', ' ORDER BY extname) FROM pg_extension")"
     echo "queue source: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') $(git -C "$ROOT" status --porcelain 2>/dev/null | grep -q . && echo '(uncommitted changes)')"
-    echo "params: PARTS='$PARTS' DURATION=$DURATION REPS=$REPS CLIENTS='$CLIENTS' JOBS=$JOBS PROTO=$PROTO BACKLOG=$BACKLOG SYNC_OFF=$SYNC_OFF"
+    echo "params: PARTS='$PARTS' DURATION=$DURATION REPS=$REPS CLIENTS='$CLIENTS' JOBS=$JOBS PROTO=$PROTO BACKLOG=$BACKLOG SYNC_OFF=$SYNC_OFF QUEUE_OPTS='$QUEUE_OPTS'"
   } >"$OUT/machine.txt"
 }
 
@@ -214,7 +215,7 @@ reset_family() {   # fresh, empty queue of the family
   case $1 in
     raw)   qf "$SQL/raw_setup.sql" >/dev/null;;
     pgq)   qf "$SQL/pgq_setup.sql" >/dev/null;;
-    queue) qf "$SQL/q_setup.sql" >/dev/null 2>"$OUT/logs/q_setup.err" || { log "q_setup.sql failed: $(head -3 "$OUT/logs/q_setup.err")"; return 1; };;
+    queue) q -v opts="${QUEUE_OPTS:+, $QUEUE_OPTS}" -f "$SQL/q_setup.sql" >/dev/null 2>"$OUT/logs/q_setup.err" || { log "q_setup.sql failed: $(head -3 "$OUT/logs/q_setup.err")"; return 1; };;
   esac
 }
 
