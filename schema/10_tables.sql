@@ -196,7 +196,7 @@ CREATE TABLE queue.maintenance_window (
 
 CREATE TABLE queue.queue_grant (
     queue_name text NOT NULL,
-    grantee    oid  NOT NULL,   -- pg_authid oid of the role
+    grantee    regrole NOT NULL,   -- dumped and restored by name
     access     text NOT NULL CHECK (access IN ('producer', 'worker', 'reader')),
     PRIMARY KEY (queue_name, access, grantee)
 );

@@ -57,11 +57,11 @@ CREATE TRIGGER maintenance_window_invalidate
 CREATE FUNCTION queue._audit_keeps(audit text, kind text) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE
-             WHEN kind IN ('paused', 'resumed', 'purged', 'breaker_open',
-                           'breaker_closed', 'queue_dropped') THEN true
-             WHEN audit = 'all' THEN true
-             WHEN audit = 'none' THEN false
-             ELSE kind NOT IN ('enqueued', 'claimed', 'completed', 'released')
+             WHEN kind OPERATOR(pg_catalog.=) ANY ('{paused,resumed,purged,breaker_open,breaker_closed,queue_dropped}'::pg_catalog.text[])
+               THEN true
+             WHEN audit OPERATOR(pg_catalog.=) 'all' THEN true
+             WHEN audit OPERATOR(pg_catalog.=) 'none' THEN false
+             ELSE NOT (kind OPERATOR(pg_catalog.=) ANY ('{enqueued,claimed,completed,released}'::pg_catalog.text[]))
            END
 $$;
 
@@ -117,14 +117,18 @@ $$;
 
 -- An interval the way people say it: '10 min', '1 h', '30 s'.
 CREATE FUNCTION queue._say_interval(p interval) RETURNS text
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s numeric := extract(epoch FROM p);
+BEGIN
+    RETURN CASE
              WHEN s >= 86400 AND s % 86400 = 0 THEN (s / 86400)::bigint || ' d'
              WHEN s >= 3600 AND s % 3600 = 0 THEN (s / 3600)::bigint || ' h'
              WHEN s >= 60 AND s % 60 = 0 THEN (s / 60)::bigint || ' min'
              ELSE round(s, 1)::text || ' s'
-           END
-      FROM (SELECT extract(epoch FROM p) AS s) x
+           END;
+END
 $$;
 
 -- Move a live item to the dead letters.  p_error is the failure that

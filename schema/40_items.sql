@@ -1,9 +1,8 @@
 -- ======================================================================
 -- Items: producing, consuming (C hot path), operator actions, views
 --
--- The C functions are SECURITY DEFINER without a SET search_path clause:
--- every statement they run qualifies its names (see src/queue.h), and a
--- function-level SET would cost more per call than some of the statements.
+-- The C functions pin search_path like every SECURITY DEFINER function,
+-- and the statements they run qualify their names besides (src/queue.h).
 -- ======================================================================
 
 CREATE FUNCTION queue.enqueue(
@@ -16,6 +15,7 @@ CREATE FUNCTION queue.enqueue(
     max_attempts   int         DEFAULT NULL,
     correlation_id text        DEFAULT NULL)
 RETURNS bigint LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'queue_enqueue';
 COMMENT ON FUNCTION queue.enqueue(text, jsonb, int, timestamptz, text, timestamptz, int, text)
     IS 'Adds an item; with a dedup_key held by a live item returns that item''s id instead';
@@ -29,6 +29,7 @@ CREATE FUNCTION queue.enqueue_batch(
     expires_at   timestamptz DEFAULT NULL,
     max_attempts int         DEFAULT NULL)
 RETURNS SETOF bigint LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'queue_enqueue_batch';
 COMMENT ON FUNCTION queue.enqueue_batch(text, jsonb[], int, timestamptz, text[], timestamptz, int)
     IS 'Adds many items in one call; returns their ids in input order';
@@ -42,6 +43,7 @@ RETURNS TABLE (item_id bigint, lease_token bigint, payload jsonb, progress jsonb
                attempt int, max_attempts int, priority int, enqueued_at timestamptz,
                lease_expires_at timestamptz, dedup_key text, correlation_id text)
 LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER ROWS 1
+SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'queue_dequeue';
 COMMENT ON FUNCTION queue.dequeue(text, text, int, interval)
     IS 'Claims up to batch_size items under a lease with a fencing token';
@@ -49,6 +51,7 @@ COMMENT ON FUNCTION queue.dequeue(text, text, int, interval)
 CREATE FUNCTION queue.complete(queue_name text, item_id bigint, lease_token bigint,
                                result jsonb DEFAULT NULL)
 RETURNS boolean LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'queue_complete';
 COMMENT ON FUNCTION queue.complete(text, bigint, bigint, jsonb)
     IS 'Moves a leased item to the history; false if the lease is not current';
@@ -56,6 +59,7 @@ COMMENT ON FUNCTION queue.complete(text, bigint, bigint, jsonb)
 CREATE FUNCTION queue.complete_batch(queue_name text, item_ids bigint[], lease_tokens bigint[],
                                      result jsonb DEFAULT NULL)
 RETURNS int LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'queue_complete_batch';
 COMMENT ON FUNCTION queue.complete_batch(text, bigint[], bigint[], jsonb)
     IS 'Completes the items whose lease tokens are current; returns how many';
@@ -64,6 +68,7 @@ CREATE FUNCTION queue.fail(queue_name text, item_id bigint, lease_token bigint, 
                            error_code text DEFAULT NULL, permanent boolean DEFAULT false,
                            retry_in interval DEFAULT NULL)
 RETURNS text LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'queue_fail';
 COMMENT ON FUNCTION queue.fail(text, bigint, bigint, text, text, boolean, interval)
     IS 'Reports a failed attempt: ''retrying'' (backoff) or ''dead'' (dead letter); NULL if the lease is not current';
@@ -71,6 +76,7 @@ COMMENT ON FUNCTION queue.fail(text, bigint, bigint, text, text, boolean, interv
 CREATE FUNCTION queue.release(queue_name text, item_id bigint, lease_token bigint,
                               run_at timestamptz DEFAULT now())
 RETURNS boolean LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'queue_release';
 COMMENT ON FUNCTION queue.release(text, bigint, bigint, timestamptz)
     IS 'Gives a leased item back without counting the attempt';
@@ -78,6 +84,7 @@ COMMENT ON FUNCTION queue.release(text, bigint, bigint, timestamptz)
 CREATE FUNCTION queue.extend_lease(queue_name text, item_id bigint, lease_token bigint,
                                    extend_by interval DEFAULT NULL)
 RETURNS timestamptz LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'queue_extend_lease';
 COMMENT ON FUNCTION queue.extend_lease(text, bigint, bigint, interval)
     IS 'Moves the lease''s expiry to now() + extend_by; NULL if the lease is lost';
@@ -85,6 +92,7 @@ COMMENT ON FUNCTION queue.extend_lease(text, bigint, bigint, interval)
 CREATE FUNCTION queue.checkpoint(queue_name text, item_id bigint, lease_token bigint,
                                  progress jsonb)
 RETURNS boolean LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'queue_checkpoint';
 COMMENT ON FUNCTION queue.checkpoint(text, bigint, bigint, jsonb)
     IS 'Merges progress into the item; it survives retries, dead-lettering and replay';
@@ -174,11 +182,14 @@ CREATE FUNCTION queue._live_state(on_hold boolean, lease_token bigint,
 RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT CASE
              WHEN on_hold THEN 'on_hold'
-             WHEN lease_token IS NOT NULL AND lease_expires_at > now() THEN 'processing'
-             WHEN visible_at > now() THEN 'scheduled'
+             WHEN lease_token IS NOT NULL
+                  AND lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.now() THEN 'processing'
+             WHEN visible_at OPERATOR(pg_catalog.>) pg_catalog.now() THEN 'scheduled'
              ELSE 'queued'
            END
 $$;
+COMMENT ON FUNCTION queue._live_state(boolean, bigint, timestamptz, timestamptz)
+    IS 'State of a live item; inlined into views, so every name is qualified';
 
 CREATE VIEW queue.items WITH (security_barrier) AS
 SELECT i.queue_name, i.item_id,

@@ -24,6 +24,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
 
 #include "queue.h"
 
@@ -165,8 +166,17 @@ queue_check_access_sql(PG_FUNCTION_ARGS)
  *
  * Whether the caller may see the queue's rows; used by the views and the
  * row-level security policies.  Unknown queues are readable (they have no
- * rows left to hide, e.g. the queue_dropped event).
+ * rows left to hide, e.g. the queue_dropped event).  The answer for the
+ * last queue asked is kept for the rest of the query, since rows of one
+ * queue come in runs.
  */
+/* Last answer of _can_read within one query: views call it once per row. */
+typedef struct CanReadMemo
+{
+	char		queue_name[NAMEDATALEN];
+	bool		result;
+} CanReadMemo;
+
 Datum
 queue_can_read_sql(PG_FUNCTION_ARGS)
 {
@@ -176,9 +186,15 @@ queue_can_read_sql(PG_FUNCTION_ARGS)
 	bool		closed = false;
 	bool		result = true;
 	bool		isnull;
+	char	   *name;
+	CanReadMemo *memo = (CanReadMemo *) fcinfo->flinfo->fn_extra;
 
 	if (PG_ARGISNULL(0))
 		PG_RETURN_BOOL(true);
+	name = TextDatumGetCString(PG_GETARG_DATUM(0));
+	if (memo != NULL && strncmp(memo->queue_name, name, NAMEDATALEN) == 0)
+		PG_RETURN_BOOL(memo->result);
+
 	values[0] = PG_GETARG_DATUM(0);
 	queue_spi_connect();
 	if (SPI_execute_plan(queue_prepare_cached(&flag_plan,
@@ -194,7 +210,16 @@ queue_can_read_sql(PG_FUNCTION_ARGS)
 		closed = !isnull && DatumGetBool(d);
 	}
 	if (closed)
-		result = caller_has_grant(TextDatumGetCString(values[0]), QUEUE_ACCESS_READER);
+		result = caller_has_grant(name, QUEUE_ACCESS_READER);
 	queue_spi_finish();
+
+	if (strlen(name) < NAMEDATALEN)
+	{
+		if (memo == NULL)
+			memo = fcinfo->flinfo->fn_extra =
+				MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(CanReadMemo));
+		strlcpy(memo->queue_name, name, NAMEDATALEN);
+		memo->result = result;
+	}
 	PG_RETURN_BOOL(result);
 }
