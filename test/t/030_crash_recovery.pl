@@ -124,6 +124,13 @@ for (1 .. 200)
 note "processed before the crash: $progress";
 ok($progress > 0, 'the consumers made progress before the crash');
 
+# A bot holding five claims when the server dies; its tokens must not be
+# handed out again after recovery.
+my @held = map { [ split /\|/ ] } split /\n/,
+  $node->safe_psql('postgres',
+	"SELECT item_id, lease_token FROM queue.dequeue('crash', 'crash_holder', batch_size => 5)");
+is(scalar(@held), 5, 'a bot holds five claims at the time of the crash');
+
 # The crash: the postmaster and all its children die at once.
 my $pm_pid = (split /\n/, slurp_file($node->data_dir . '/postmaster.pid'))[0];
 my @children = child_pids($pm_pid);
@@ -243,13 +250,16 @@ ok($total >= scalar(@enqueued), 'at least every acknowledged item exists');
 
 # After recovery the queue works: claims cut short by the crash come back
 # when their 2 s leases run out, and everything drains.
+$node->safe_psql('postgres',
+	'CREATE TABLE after_claims (item_id bigint, lease_token bigint)');
 my $left;
 for (1 .. 150)
 {
 	$node->safe_psql(
 		'postgres', q{
-SELECT count(queue.complete('crash', item_id, lease_token))
-  FROM queue.dequeue('crash', 'crash_after', batch_size => 1000)
+WITH c AS (SELECT * FROM queue.dequeue('crash', 'crash_after', batch_size => 1000)),
+     l AS (INSERT INTO after_claims SELECT item_id, lease_token FROM c)
+SELECT count(queue.complete('crash', item_id, lease_token)) FROM c
 });
 	$left = $node->safe_psql('postgres',
 		"SELECT count(*) FROM queue.items WHERE queue_name = 'crash'");
@@ -282,6 +292,30 @@ SELECT count(*) FROM (SELECT item_id FROM queue.history WHERE queue_name = 'cras
 }),
 	0,
 	'no item was processed twice');
+
+my $held_values = join(', ', map { "($_->[0], $_->[1])" } @held);
+is( $node->safe_psql(
+		'postgres', qq{
+SELECT count(*) FROM (VALUES $held_values) AS h(item_id, lease_token)
+ WHERE NOT EXISTS (SELECT 1 FROM after_claims a
+                    WHERE a.item_id = h.item_id AND a.lease_token <> h.lease_token)
+}),
+	0,
+	'the held items were re-claimed after recovery with new tokens');
+is( $node->safe_psql(
+		'postgres', qq{
+SELECT count(*) FROM after_claims
+ WHERE lease_token IN (SELECT lease_token FROM (VALUES $held_values) AS h(item_id, lease_token))
+}),
+	0,
+	'no token from before the crash was handed out again');
+is( $node->safe_psql(
+		'postgres', q{
+SELECT count(*) FROM (SELECT lease_token FROM after_claims
+                      GROUP BY lease_token HAVING count(*) > 1) AS d
+}),
+	0,
+	'every claim after recovery got its own token');
 
 $node->stop;
 
