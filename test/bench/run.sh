@@ -109,7 +109,7 @@ ensure_packages() {
 }
 
 # ---------------------------------------------------------------- cluster
-pick_port() {
+pick_port() {   # [first port]
   local p
   for p in $(seq "${1:-58432}" 58999) $(seq 58000 58431); do
     ss -Hltn "sport = :$p" 2>/dev/null | grep -q . && continue
@@ -123,7 +123,7 @@ STARTED=0
 start_cluster() {
   if [ -z "${BASE:-}" ]; then BASE=$(mktemp -d /tmp/queue-bench.XXXXXX); fi
   PGDATA=$BASE/data
-  PORT=${PORT:-$(pick_port)}
+  PORT=${PORT:-$(pick_port 58432)}
   export PGHOST=127.0.0.1 PGPORT=$PORT PGUSER=postgres PGDATABASE=$DB
   mkdir -p "$BASE"; [ "$(id -u)" = 0 ] && chown postgres: "$BASE"
   log "initdb $PGDATA (port $PORT)"
@@ -306,7 +306,7 @@ run_one() {
   after=$(counters "$FAM")
   tps=$(awk '/^tps = /{print $3; exit}' "$lg"); lat=$(awk '/^latency average = /{print $4; exit}' "$lg")
   grep -qi "aborted\|error" "$lg" && note="ERRORS(see $(basename "$lg"))"
-  read -r p0 c0 d0 <<<"$before"; read -r p1 c1 d1 <<<"$after"
+  read -r p0 c0 _ <<<"$before"; read -r p1 c1 d1 <<<"$after"
   if [ "$p0" = NA ] || [ "$p1" = NA ]; then
     prod=NA; cons=NA; d1=NA
     msgs=$(awk -v t="${tps:-0}" -v m="$MPT" 'BEGIN{printf "%.0f", t*m}')
@@ -425,8 +425,8 @@ claim_latency() {   # FAMILY CALLS
 }
 
 stats_time() {   # CALLS [queue_name|NULL] -> "median max" ms
-  local n=$1 arg=$2 f=$OUT/logs/stats.sql i
-  { echo '\timing on'; for i in $(seq 1 "$n"); do echo "SELECT * FROM queue.stats($arg) \\g /dev/null"; done; } >"$f"
+  local n=$1 arg=$2 f=$OUT/logs/stats.sql
+  { echo '\timing on'; for _ in $(seq 1 "$n"); do echo "SELECT * FROM queue.stats($arg) \\g /dev/null"; done; } >"$f"
   "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -f "$f" 2>>"$OUT/logs/stats.err" | awk '/^Time: /{print $2}' | sort -g | \
     awk -v want="$n" '{v[NR]=$1} END {if (NR < want) print "ERR ERR"; else printf "%.3f %.3f\n", v[int((NR+1)/2)], v[NR]}'
 }
@@ -450,7 +450,7 @@ part_backlog() {
       fill raw $((lvl - have_raw)) >/dev/null; have_raw=$lvl; settle raw >/dev/null
       rlat=$(claim_latency raw "$LAT_CALLS")
     fi
-    printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$lvl" "$(echo $lat | tr ' ' '\t')" "$(echo $rlat | tr ' ' '\t')" \
+    printf "%s\t%s\t%s\t%s\t%s\t%s\n" "$lvl" "$(echo $lat | tr ' ' '\t')" "$(echo $rlat | tr ' ' '\t')" \
       "$(echo $st | tr ' ' '\t')" "$(echo $sta | tr ' ' '\t')" "$rate" | tr -s '\t' >>"$t"
     log "backlog $lvl: queue claim p50/p99/mean $lat ms; raw claim $rlat ms; stats('bq') median/max $st ms; stats() $sta ms"
     [ -z "$first_lat" ] && first_lat=$(echo $lat | awk '{print $1}')
@@ -506,7 +506,7 @@ part_snapshot() {
         printf "%.0f %.0f %.0f %.0f %s\n", free, held, last, (ac?as/ac:0), rec }' "$lg")
     read -r free held last aft rec <<<"$res"
     printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$tg" "$SNAP_CLIENTS" "$free" "$held" "$last" "$aft" "$rec" "$held_xmin" >>"$OUT/snapshot.tsv"
-    log "snapshot $tg: free $free tps, held mean $held, held last 60 s $last, after $aft, recovered to 90% after ${rec}s"
+    log "snapshot $tg: free $free tps, held mean $held, held last 60 s $last, after $aft, back at 90% of free after: ${rec} (s)"
   done
   [ -f "$OUT/snapshot.tsv" ] || return
   {
@@ -576,12 +576,12 @@ part_bloat() {
 
 # ---------------------------------------------------------------- memory
 mem_sample() {   # PID -> "VmRSS_kB RssAnon_kB contexts_bytes"
-  local pid=$1 rss anon ctx n0 i
+  local pid=$1 rss anon ctx n0
   rss=$(awk '/^VmRSS:/{print $2}' "/proc/$pid/status"); anon=$(awk '/^RssAnon:/{print $2}' "/proc/$pid/status")
   n0=$(grep -c "\[$pid\].*Grand total" "$BASE/server.log")
   q -c "SELECT pg_log_backend_memory_contexts($pid)" >/dev/null
   ctx=NA
-  for i in $(seq 1 20); do
+  for _ in $(seq 1 20); do
     if [ "$(grep -c "\[$pid\].*Grand total" "$BASE/server.log")" -gt "$n0" ]; then
       ctx=$(grep "\[$pid\].*Grand total" "$BASE/server.log" | tail -1 | sed 's/.*Grand total: \([0-9]*\) bytes.*/\1/'); break
     fi
@@ -591,8 +591,8 @@ mem_sample() {   # PID -> "VmRSS_kB RssAnon_kB contexts_bytes"
 }
 
 wait_sleeping() {   # wait until the pgbench session sits in pg_sleep; prints its pid
-  local pid="" i
-  for i in $(seq 1 14400); do
+  local pid=""
+  for _ in $(seq 1 14400); do
     pid=$(q -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench' AND wait_event = 'PgSleep' LIMIT 1")
     [ -n "$pid" ] && { echo "$pid"; return 0; }
     kill -0 "$BG_PID" 2>/dev/null || return 1
