@@ -401,10 +401,10 @@ part_throughput() {
 # psql \timing around each claim: enqueue one (untimed), dequeue one (timed), complete it (untimed),
 # so the standing backlog stays at its level. Prints "p50 p99 mean" in ms.
 claim_latency() {   # FAMILY CALLS
-  local fam=$1 n=$2 f=$OUT/logs/lat-$1.sql i
+  local fam=$1 n=$2 f=$OUT/logs/lat-$1.sql
   {
     echo '\set QUIET on'
-    for i in $(seq 1 "$n"); do
+    for _ in $(seq 1 "$n"); do
       if [ "$fam" = queue ]; then
         echo "SELECT queue.enqueue('bq', '$PAYLOAD'::jsonb) \\g /dev/null"
         echo '\timing on'
