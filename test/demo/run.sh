@@ -172,12 +172,12 @@ note "$(val "SELECT count(*) FROM demo_sent") enqueued; stats: $(val "SELECT for
 # -- the fleet -------------------------------------------------------------
 start_bot() {
 	local n=$1
-	ERP_OUTAGE_FLAG="$FLAG" ERP_LATENCY=0.05 "$WORKER" --dsn "$DSN" --queue invoices \
-		--exec "$ERP" --name "bot-$n" --concurrency 4 --lease '6 s' --heartbeat 2s \
+	ERP_OUTAGE_FLAG="$FLAG" ERP_LATENCY=0 "$WORKER" --dsn "$DSN" --queue invoices \
+		--exec "$ERP" --name "bot-$n" --concurrency 4 --batch 8 --lease '6 s' --heartbeat 2s \
 		--poll 1s --poll-max 2s --grace 5s >"$LOGS/bot-$n.out" 2>"$LOGS/bot-$n.log" &
 	BOT_PID[$n]=$!
 }
-say "starting $BOTS bots: queue-worker --queue invoices --exec test/demo/erp.sh --concurrency 4 --lease '6 s'"
+say "starting $BOTS bots: queue-worker --queue invoices --exec test/demo/erp.sh --concurrency 4 --batch 8 --lease '6 s'"
 for n in $(seq 1 $BOTS); do start_bot "$n"; done
 
 # One query per tick: live item count, paused flag, and a status line.
@@ -338,6 +338,11 @@ LEFT JOIN LATERAL queue.item('invoices', o.item_id) i ON true
 LEFT JOIN queue.history h ON h.queue_name = 'invoices' AND h.item_id = o.item_id
 ORDER BY o.item_id;
 
+\echo '-- the slow invoice: 15 s of work under a 6 s lease, kept alive by extend_lease'
+SELECT item_id, payload->>'invoice' AS invoice, worker, attempts,
+       round(extract(epoch FROM completed_at - claimed_at)::numeric, 1) AS run_s
+FROM queue.history WHERE queue_name = 'invoices' AND payload @> '{"slow": true}';
+
 \echo '-- the circuit breaker: trip, half-open probes, recovery (queue.events)'
 SELECT to_char(at, 'HH24:MI:SS.MS') AS at, kind, coalesce(details::text, '') AS details
 FROM queue.events
@@ -365,14 +370,15 @@ SELECT queue_name, queued, scheduled, processing, dead, processed_1h, failed_1h,
        wait_p50, wait_p95, run_p50, run_p95, paused
 FROM queue.stats('invoices');
 
-\echo '-- throughput (completions per 5 s; the dip is the outage)'
-WITH b AS (
-  SELECT width_bucket(extract(epoch FROM completed_at - m.t0), 0, 600, 120) AS bucket, count(*) AS n
-  FROM queue.history, (SELECT min(claimed_at) AS t0 FROM queue.history WHERE queue_name = 'invoices') m
-  WHERE queue_name = 'invoices' GROUP BY 1)
-SELECT format('%3s-%3s s', (bucket - 1) * 5, bucket * 5) AS window, n AS completed,
-       repeat('#', (n / 10)::int) AS bar
-FROM b ORDER BY bucket;
+\echo '-- throughput (completions per 5 s; the gap is the outage)'
+WITH h AS (
+  SELECT extract(epoch FROM completed_at - min(claimed_at) OVER ()) AS s
+  FROM queue.history WHERE queue_name = 'invoices'),
+b AS (SELECT floor(s / 5)::int AS bucket, count(*) AS n FROM h GROUP BY 1)
+SELECT format('%3s-%3s s', g * 5, g * 5 + 5) AS window, coalesce(b.n, 0) AS completed,
+       repeat('#', (coalesce(b.n, 0) / 10)::int) AS bar
+FROM generate_series(0, (SELECT max(bucket) FROM b)) AS g LEFT JOIN b ON b.bucket = g
+ORDER BY g;
 SELECT count(*) AS processed,
        round(extract(epoch FROM max(completed_at) - min(claimed_at))::numeric, 1) AS seconds,
        round((count(*) / nullif(extract(epoch FROM max(completed_at) - min(claimed_at)), 0))::numeric, 1) AS per_second

@@ -743,7 +743,8 @@ register_worker(void)
 
 	gethostname(host, sizeof(host) - 1);
 	sanitize_utf8(host, strlen(host));
-	snprintf(cap, sizeof(cap), "%d", opt.concurrency);
+	/* capacity: every item this worker may hold, running or waiting */
+	snprintf(cap, sizeof(cap), "%d", nitems);
 	/* host names are [A-Za-z0-9.-]; the rest are ours */
 	snprintf(info, sizeof(info),
 			 "{\"program\": \"queue-worker\", \"version\": \"%s\", \"host\": \"%s\", \"pid\": %d}",
@@ -2078,8 +2079,12 @@ main(int argc, char **argv)
 				claimed_budget -= got;
 				last_work = now_mono();
 				poll_delay = opt.poll;
-				/* a full batch suggests more work: ask again right away */
-				next_claim = got == want ? 0 : now_mono() + opt.poll;
+				/*
+				 * Ask again as soon as a slot is free: a short batch may
+				 * just mean a capacity limit; only an empty one means the
+				 * queue is drained.
+				 */
+				next_claim = 0;
 				continue;
 			}
 			if (got < 0 && (!strcmp(sqlstate, "42704") || !strcmp(sqlstate, "42501") ||
