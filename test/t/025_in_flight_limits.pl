@@ -107,7 +107,7 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM queue.history WHERE queue_
 $node->safe_psql(
 	'postgres', q{
 SELECT queue.create_queue('brk', breaker_threshold => 0.5, breaker_min_samples => 2,
-                          breaker_cooldown => '1 s');
+                          breaker_cooldown => '3 s');
 SELECT count(queue.enqueue('brk', jsonb_build_object('n', g))) FROM generate_series(1, 50) AS g;
 CREATE TABLE probes (item_id bigint, worker text);
 });
@@ -123,7 +123,7 @@ is( $node->safe_psql(
 		'postgres', "SELECT count(*) FROM queue.dequeue('brk', 'brk_w0')"),
 	0,
 	'brk: the breaker is open');
-sleep 2;
+sleep 4;
 my $probe_script = $node->basedir . '/probe.sql';
 append_to_file(
 	$probe_script, q{

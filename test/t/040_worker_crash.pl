@@ -117,7 +117,7 @@ is( $node->safe_psql(
 my $script = $node->basedir . '/drain.sql';
 append_to_file(
 	$script, q{
-WITH c AS (SELECT * FROM queue.dequeue('wcrash', 'survivor' || :client_id)),
+WITH c AS (SELECT * FROM queue.dequeue('wcrash', 'survivor' || :client_id, lease_timeout => '1 min')),
      l AS (INSERT INTO wc_claims
              SELECT item_id, attempt, progress, 'survivor' || :client_id FROM c)
 SELECT coalesce(max(item_id), 0) AS id, coalesce(max(lease_token), 0) AS tok FROM c \gset
