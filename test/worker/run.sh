@@ -152,6 +152,22 @@ if want success; then
 		'claimed item .*done item .*summary: claimed 3, completed 3'
 fi
 
+# -- case: a program path with plain words runs without a shell ----------
+if want direct; then
+	sql "SELECT queue.create_queue('t_direct')" >/dev/null
+	sql "SELECT queue.enqueue('t_direct', '{\"n\": 1}'); SELECT queue.enqueue('t_direct', '{\"n\": 2}')" >/dev/null
+	printf '#!/bin/sh\ncat >/dev/null\necho "{\\"arg\\": \\"$1\\", \\"parent\\": \\"$(ps -o comm= -p $PPID)\\"}"\n' >"$TMP/direct.sh"
+	chmod +x "$TMP/direct.sh"
+	worker t_direct direct1 --max-items 1 --exec "$TMP/direct.sh first-arg"
+	is "direct: the program gets its arguments and runs as the worker's child" \
+		"$(sql "SELECT result->>'arg' || ' ' || (result->>'parent') FROM queue.history WHERE queue_name = 't_direct'")" \
+		"first-arg queue-worker"
+	worker t_direct direct2 --max-items 1 --exec "$TMP/no-such-program"
+	is "direct: a missing program is a permanent failure that says so" \
+		"$(sql "SELECT reason || ': ' || last_error FROM queue.dead_letters WHERE queue_name = 't_direct'")" \
+		"permanent: cannot run $TMP/no-such-program: No such file or directory"
+fi
+
 # -- case: transient failures (exit 75) ----------------------------------
 if want transient; then
 	sql "SELECT queue.create_queue('t_tmp', max_attempts => 3, backoff_base => '200 ms',
@@ -317,6 +333,9 @@ if want usage; then
 	"$WORKER" --dsn "$DSN" --queue no_such_queue --exec true >/dev/null 2>"$LOG/usage.err"
 	is "usage: unknown queue exits 1" "$?" 1
 	like "usage: and names the fix" "$(cat "$LOG/usage.err")" "queue.create_queue\('no_such_queue'\)"
+	"$WORKER" --dsn "host=$TMP port=1 dbname=postgres" --queue t_ok --exec true >/dev/null 2>"$LOG/usage.err"
+	is "usage: an unreachable database at start exits 1" "$?" 1
+	like "usage: and points at --dsn" "$(cat "$LOG/usage.err")" 'cannot connect.*Check --dsn'
 	"$WORKER" --dsn "$DSN" --queue t_ok --exec true --lease 'soon' >/dev/null 2>"$LOG/usage.err"
 	is "usage: a bad --lease exits 2" "$?" 2
 	like "usage: --help documents the exit codes" "$("$WORKER" --help)" 'exit 75'

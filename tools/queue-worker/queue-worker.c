@@ -1660,8 +1660,8 @@ usage(void)
 		   "  queue-worker --queue NAME --exec COMMAND [OPTION]...\n\n"
 		   "Required:\n"
 		   "  -q, --queue NAME        queue to consume (created with queue.create_queue)\n"
-		   "  -e, --exec COMMAND      command run by /bin/sh -c for each item (plain words\n"
-		   "                          without shell syntax are run directly)\n\n"
+		   "  -e, --exec COMMAND      command run by /bin/sh -c for each item (a path and plain\n"
+		   "                          words without shell syntax are run directly)\n\n"
 		   "Options:\n"
 		   "  -d, --dsn CONNSTR       libpq connection string or URI (default: PG* environment)\n"
 		   "  -c, --concurrency N     commands running at once (default 1)\n"
@@ -1818,9 +1818,10 @@ parse_args(int argc, char **argv)
 
 /*
  * A command made only of plain words (no quotes, variables, redirections,
- * globs or other shell syntax) means the same with or without a shell, so
- * it is run directly: one fork and exec less per item.  Anything else
- * goes through /bin/sh -c.
+ * globs or other shell syntax) whose first word is a path, such as
+ * "./process.sh --fast", means the same with or without a shell, so it is
+ * run directly: one fork and exec less per item.  Anything else goes
+ * through /bin/sh -c.
  */
 static void
 split_simple_command(void)
@@ -1837,8 +1838,11 @@ split_simple_command(void)
 	for (char *w = strtok(copy, " "); w; w = strtok(NULL, " "))
 		exec_argv[n++] = w;
 	exec_argv[n] = NULL;
-	/* a leading NAME=value would be an assignment in the shell */
-	if (n == 0 || strchr(exec_argv[0], '='))
+	/*
+	 * Only a program named by a path: a bare first word could be a shell
+	 * built-in or keyword (exec, cd, if ...), and NAME=value an assignment.
+	 */
+	if (n == 0 || strchr(exec_argv[0], '/') == NULL || strchr(exec_argv[0], '='))
 	{
 		free(exec_argv);
 		free(copy);
