@@ -327,16 +327,17 @@ fi
 
 # -- case: usage and configuration errors --------------------------------
 if want usage; then
+	sql "SELECT queue.create_queue('t_usage')" >/dev/null
 	"$WORKER" --exec true >/dev/null 2>"$LOG/usage.err"
 	is "usage: missing --queue exits 2" "$?" 2
 	like "usage: and says what to fix" "$(cat "$LOG/usage.err")" '--queue is required'
 	"$WORKER" --dsn "$DSN" --queue no_such_queue --exec true >/dev/null 2>"$LOG/usage.err"
 	is "usage: unknown queue exits 1" "$?" 1
 	like "usage: and names the fix" "$(cat "$LOG/usage.err")" "queue.create_queue\('no_such_queue'\)"
-	"$WORKER" --dsn "host=$TMP port=1 dbname=postgres" --queue t_ok --exec true >/dev/null 2>"$LOG/usage.err"
+	"$WORKER" --dsn "host=$TMP port=1 dbname=postgres" --queue t_usage --exec true >/dev/null 2>"$LOG/usage.err"
 	is "usage: an unreachable database at start exits 1" "$?" 1
 	like "usage: and points at --dsn" "$(cat "$LOG/usage.err")" 'cannot connect.*Check --dsn'
-	"$WORKER" --dsn "$DSN" --queue t_ok --exec true --lease 'soon' >/dev/null 2>"$LOG/usage.err"
+	"$WORKER" --dsn "$DSN" --queue t_usage --exec true --lease 'soon' >/dev/null 2>"$LOG/usage.err"
 	is "usage: a bad --lease exits 2" "$?" 2
 	like "usage: --help documents the exit codes" "$("$WORKER" --help)" 'exit 75'
 	like "usage: --version" "$("$WORKER" --version)" '^queue-worker [0-9]'
