@@ -345,11 +345,15 @@ fi
 
 # -- case: queue-top --once ----------------------------------------------
 if want top; then
+	sql "SELECT queue.create_queue('t_top'); SELECT queue.enqueue('t_top', '{}'); SELECT queue.enqueue('t_top', '{}')" >/dev/null
+	worker t_top top1 --max-items 1 --exec true
 	out=$("$TOP" --dsn "$DSN" --once 2>&1)
 	is "top: --once exits 0" "$?" 0
-	like "top: shows the queues" "$out" 't_ok .*'
+	like "top: shows the queues and their numbers" "$out" 't_top +1 +0 +0 +0 +0 '
 	like "top: shows the sections" "$out" 'HEALTH'
-	like "top: shows the workers" "$out" 'ok1'
+	like "top: shows the workers" "$out" 'top1 +(idle|active)'
+	is "top: --queue leaves out the other queues" \
+		"$("$TOP" --dsn "$DSN" --once --queue t_top 2>&1 | grep '^t_' | grep -vc '^t_top ')" 0
 	if printf '%s' "$out" | grep -q $'\033'; then notok "top: --once prints no escape codes"; else ok "top: --once prints no escape codes"; fi
 	"$TOP" --dsn "host=$TMP port=1 dbname=postgres" --once >/dev/null 2>&1
 	is "top: --once exits 1 when the database is unreachable" "$?" 1
