@@ -239,6 +239,13 @@ BEGIN
     IF NOT FOUND OR c.breaker_threshold IS NULL OR c.breaker_state <> 'closed' THEN
         RETURN false;
     END IF;
+    -- NB: failures of one queue judge the breaker one at a time, each
+    -- seeing the failures committed before it; otherwise two concurrent
+    -- failures could each miss the other and never trip it.
+    SELECT * INTO c FROM queue.queue_config WHERE queue_name = p_queue FOR UPDATE;
+    IF c.breaker_state <> 'closed' THEN
+        RETURN false;
+    END IF;
     v_from := greatest(now() - c.breaker_window, c.breaker_since);
     SELECT count(*) INTO v_failed FROM queue.failure_log f
      WHERE f.queue_name = p_queue AND f.at > v_from AND f.kind <> 'offline';
@@ -252,12 +259,6 @@ BEGIN
         RETURN false;
     END IF;
 
-    -- Trip: lock the queue's row and check it is still closed.
-    PERFORM 1 FROM queue.queue_config
-     WHERE queue_name = p_queue AND breaker_state = 'closed' FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
     SELECT coalesce(f.error_code, f.error), count(*) INTO v_top, v_top_n
       FROM queue.failure_log f
      WHERE f.queue_name = p_queue AND f.at > v_from AND f.kind <> 'offline'
