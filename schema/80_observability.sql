@@ -14,10 +14,12 @@
 --     each state is then an index-only range count per priority; the
 --     oldest claimable row is the first entry of each priority's range.
 --   * processing comes from the partial worker index (leases only).
+--     (The LIMIT inside each lateral subquery keeps it from being
+--     flattened into a join that the planner may run as a sequential scan.)
 --   * Each of queued, scheduled and on_hold is counted exactly up to
 --     queue._stats_exact_limit() rows; past that the count is estimated
 --     from a page sample of item_live (TABLESAMPLE SYSTEM, about
---     2,000 pages) and reported as at least the limit.
+--     500 pages) and reported as at least the limit.
 --   * processed_1h is exact up to the same limit, then extrapolated from
 --     the time the newest limit completions took; the percentiles use the
 --     newest 10,000 completions of the last hour (index on queue_name,
@@ -26,7 +28,7 @@
 
 -- Above this many rows a state's count is estimated.
 CREATE FUNCTION queue._stats_exact_limit() RETURNS bigint
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS 'SELECT 100000::bigint';
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS 'SELECT 50000::bigint';
 COMMENT ON FUNCTION queue._stats_exact_limit() IS 'Counts in stats() are exact up to this many rows, estimated above';
 
 -- The stats of one queue, without access checks.
@@ -41,7 +43,7 @@ SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_limit bigint := queue._stats_exact_limit();
     v_recent int := 10000;           -- completions behind the percentiles
-    v_sample_pages float8 := 2000;   -- pages read by an estimate
+    v_sample_pages float8 := 500;    -- pages read by an estimate
     v_now timestamptz := now();
     v_prios int[];
     v_between bigint;
@@ -70,7 +72,8 @@ BEGIN
         SELECT 1 FROM unnest(v_prios) AS u(p)
          CROSS JOIN LATERAL (SELECT 1 FROM queue.item_live i
                               WHERE i.queue_name = p_queue AND i.priority = u.p
-                                AND i.visible_at <= v_now) x
+                                AND i.visible_at <= v_now
+                              LIMIT v_limit) x
          LIMIT v_limit) y;
 
     -- between now and 'infinity': scheduled rows and current leases
@@ -79,7 +82,8 @@ BEGIN
          CROSS JOIN LATERAL (SELECT 1 FROM queue.item_live i
                               WHERE i.queue_name = p_queue AND i.priority = u.p
                                 AND i.visible_at > v_now
-                                AND i.visible_at < 'infinity') x
+                                AND i.visible_at < 'infinity'
+                              LIMIT v_limit + processing) x
          LIMIT v_limit + processing) y;
     scheduled := greatest(v_between - processing, 0);
 
@@ -87,7 +91,8 @@ BEGIN
         SELECT 1 FROM unnest(v_prios) AS u(p)
          CROSS JOIN LATERAL (SELECT 1 FROM queue.item_live i
                               WHERE i.queue_name = p_queue AND i.priority = u.p
-                                AND i.visible_at = 'infinity') x
+                                AND i.visible_at = 'infinity'
+                              LIMIT v_limit) x
          LIMIT v_limit) y;
 
     IF queued >= v_limit OR scheduled >= v_limit OR on_hold >= v_limit THEN

@@ -1,0 +1,97 @@
+# Copyright (c) the queue authors
+#
+# LISTEN as a wake-up: committing an enqueue notifies queue_<name> (only
+# with notify on, only at commit), and every new alert raised by sweep
+# notifies queue_alerts with the alert row as JSON; an alert that stays
+# open is not announced again.
+
+use strict;
+use warnings FATAL => 'all';
+
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('listen', port => 55051);
+$node->init;
+$node->append_conf('postgresql.conf', "log_min_messages = warning\n");
+$node->start;
+
+$node->safe_psql('postgres', q{
+CREATE EXTENSION queue;
+SELECT queue.create_queue('loud', sla => '10 min');
+SELECT queue.create_queue('quiet', notify => false);
+});
+
+my $listener = $node->background_psql('postgres');
+$listener->query_safe('LISTEN queue_loud');
+$listener->query_safe('LISTEN queue_quiet');
+$listener->query_safe('LISTEN queue_alerts');
+
+# Everything the listener has been told since the last call.
+sub notifications
+{
+	my $out = $listener->query_safe('SELECT 1');
+	my @n;
+	while ($out =~ /Asynchronous notification "([^"]+)" with payload "(.*?)" received from server process/g)
+	{
+		push @n, [ $1, $2 ];
+	}
+	while ($out =~ /Asynchronous notification "([^"]+)" received from server process/g)
+	{
+		push @n, [ $1, '' ];
+	}
+	return @n;
+}
+
+# --- enqueue -------------------------------------------------------------------
+
+$node->safe_psql('postgres', q{
+BEGIN;
+SELECT queue.enqueue('loud', '{"n": 1}');
+ROLLBACK;
+});
+is(scalar(notifications()), 0, 'a rolled-back enqueue notifies nobody');
+
+$node->safe_psql('postgres', q{SELECT queue.enqueue('loud', '{"n": 2}')});
+my @n = notifications();
+is(scalar(@n), 1, 'a committed enqueue notifies once');
+is($n[0][0], 'queue_loud', 'on the channel queue_<name>');
+
+$node->safe_psql('postgres', q{SELECT queue.enqueue('quiet', '{"n": 3}')});
+is(scalar(notifications()), 0, 'a queue with notify off stays quiet');
+
+# --- alerts --------------------------------------------------------------------
+
+$node->safe_psql('postgres', q{
+UPDATE queue.item_live SET visible_at = now() - interval '6 min' WHERE queue_name = 'loud';
+SELECT count(*) FROM queue.sweep();
+});
+@n = grep { $_->[0] eq 'queue_alerts' } notifications();
+is(scalar(@n), 1, 'a new alert notifies queue_alerts once');
+my $alert = eval { decode_json($n[0][1]) } // {};
+is($alert->{queue_name}, 'loud', 'the payload is the alert row as JSON: queue_name');
+is($alert->{kind}, 'sla_warning', '... kind');
+like($alert->{message}, qr/over half the 10 min sla/, '... message');
+ok(defined $alert->{alert_id} && defined $alert->{raised_at}, '... alert_id and raised_at');
+is($alert->{alert_id},
+	$node->safe_psql('postgres',
+		q{SELECT alert_id FROM queue.alerts WHERE queue_name = 'loud' AND cleared_at IS NULL}),
+	'... the id of the open alert');
+
+$node->safe_psql('postgres', q{SELECT count(*) FROM queue.sweep()});
+is(scalar(grep { $_->[0] eq 'queue_alerts' } notifications()), 0,
+	'an alert that stays open is not announced again');
+
+$node->safe_psql('postgres', q{
+UPDATE queue.item_live SET visible_at = now() - interval '9 min' WHERE queue_name = 'loud';
+SELECT count(*) FROM queue.sweep();
+});
+@n = grep { $_->[0] eq 'queue_alerts' } notifications();
+is(scalar(@n), 1, 'escalation notifies once');
+is((eval { decode_json($n[0][1]) } // {})->{kind}, 'sla_critical', 'with the sla_critical alert');
+
+$listener->quit;
+$node->stop;
+done_testing();
