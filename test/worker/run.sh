@@ -168,6 +168,22 @@ if want direct; then
 		"permanent: cannot run $TMP/no-such-program: No such file or directory"
 fi
 
+# -- case: LISTEN wakes an idle worker at once ---------------------------
+if want listen; then
+	sql "SELECT queue.create_queue('t_listen')" >/dev/null
+	bg_worker t_listen listen1 --max-items 1 --poll 60s --exec 'cat >/dev/null; echo "{\"woke\": true}"'
+	w=$BG
+	sleep 1
+	sql "SELECT queue.enqueue('t_listen', '{\"n\": 1}')" >/dev/null
+	if wait_for 5 "SELECT count(*) = 1 FROM queue.history WHERE queue_name = 't_listen'"; then
+		ok "listen: an enqueue wakes a worker that polls only every 60 s"
+	else
+		notok "listen: an enqueue wakes a worker that polls only every 60 s"
+	fi
+	wait "$w"
+	is "listen: worker exits 0" "$?" 0
+fi
+
 # -- case: transient failures (exit 75) ----------------------------------
 if want transient; then
 	sql "SELECT queue.create_queue('t_tmp', max_attempts => 3, backoff_base => '200 ms',
