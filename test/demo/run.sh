@@ -376,7 +376,7 @@ WITH h AS (
   FROM queue.history WHERE queue_name = 'invoices'),
 b AS (SELECT floor(s / 5)::int AS bucket, count(*) AS n FROM h GROUP BY 1)
 SELECT format('%3s-%3s s', g * 5, g * 5 + 5) AS window, coalesce(b.n, 0) AS completed,
-       repeat('#', (coalesce(b.n, 0) / 10)::int) AS bar
+       repeat('#', (coalesce(b.n, 0) * 50 / (SELECT max(n) FROM b))::int) AS bar
 FROM generate_series(0, (SELECT max(bucket) FROM b)) AS g LEFT JOIN b ON b.bucket = g
 ORDER BY g;
 SELECT count(*) AS processed,
