@@ -369,6 +369,47 @@ COMMENT ON FUNCTION queue.sweep()
 -- Metrics snapshots
 -- ----------------------------------------------------------------------
 
+-- Running totals behind prometheus()'s counters.  History, failure_log and
+-- dead letters shrink by retention, so counting their rows would make the
+-- counters fall back now and then (a reset to Prometheus).  Each snapshot
+-- adds what completed, failed and died since counted_until; prometheus()
+-- adds the rows after counted_until, a minute's worth under pg_cron.
+CREATE TABLE queue.metrics_totals (
+    queue_name    text        NOT NULL PRIMARY KEY,
+    processed     bigint      NOT NULL,
+    failed        bigint      NOT NULL,
+    dead          jsonb       NOT NULL DEFAULT '{}',   -- by reason
+    counted_until timestamptz NOT NULL
+);
+COMMENT ON TABLE queue.metrics_totals IS 'Cumulative processed, failed and dead counts per queue, kept by snapshot_metrics()';
+
+-- Dead letters of a queue by reason in a time range, as {"reason": n}.
+CREATE FUNCTION queue._dead_by_reason(p_queue text, p_after timestamptz, p_until timestamptz)
+RETURNS jsonb LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v jsonb;
+BEGIN
+    SELECT coalesce(jsonb_object_agg(x.reason, x.n), '{}') INTO v
+      FROM (SELECT d.reason, count(*) AS n FROM queue.dead_letters d
+             WHERE d.queue_name = p_queue AND d.dead_at > p_after AND d.dead_at <= p_until
+             GROUP BY d.reason) x;
+    RETURN v;
+END
+$$;
+COMMENT ON FUNCTION queue._dead_by_reason(text, timestamptz, timestamptz) IS 'Dead letters of a queue by reason, dead in (after, until]';
+
+-- Adds two {"reason": n} objects.
+CREATE FUNCTION queue._add_counts(a jsonb, b jsonb) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT coalesce(jsonb_object_agg(k, n), '{}')
+      FROM (SELECT e.key AS k, sum(e.value::bigint) AS n
+              FROM (SELECT * FROM jsonb_each_text(a) UNION ALL SELECT * FROM jsonb_each_text(b)) e
+             GROUP BY e.key) x
+$$;
+COMMENT ON FUNCTION queue._add_counts(jsonb, jsonb) IS 'Sums two objects of counts by key';
+
 CREATE FUNCTION queue.snapshot_metrics()
 RETURNS int LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
@@ -380,6 +421,7 @@ DECLARE
     v_processed bigint;
     v_failed bigint;
     v_rows int := 0;
+    v_until timestamptz;
     s record;
 BEGIN
     FOR v_name IN SELECT c.queue_name FROM queue.queue_config c ORDER BY c.queue_name
@@ -408,12 +450,43 @@ BEGIN
         IF FOUND THEN
             v_rows := v_rows + 1;
         END IF;
+
+        -- running totals: everything retained the first time, then what
+        -- happened since the last snapshot
+        SELECT t.counted_until INTO v_until FROM queue.metrics_totals t
+         WHERE t.queue_name = v_name FOR UPDATE;
+        IF NOT FOUND THEN
+            INSERT INTO queue.metrics_totals AS t (queue_name, processed, failed, dead, counted_until)
+            SELECT v_name,
+                   (SELECT count(*) FROM queue.item_done d
+                     WHERE d.queue_name = v_name AND d.completed_at <= v_now),
+                   (SELECT count(*) FROM queue.failure_log f
+                     WHERE f.queue_name = v_name AND f.at <= v_now),
+                   queue._dead_by_reason(v_name, '-infinity', v_now),
+                   v_now
+            ON CONFLICT ON CONSTRAINT metrics_totals_pkey DO NOTHING;
+        ELSIF v_until < v_now THEN
+            UPDATE queue.metrics_totals t
+               SET processed = t.processed
+                               + (SELECT count(*) FROM queue.item_done d
+                                   WHERE d.queue_name = v_name AND d.completed_at > v_until
+                                     AND d.completed_at <= v_now),
+                   failed = t.failed
+                            + (SELECT count(*) FROM queue.failure_log f
+                                WHERE f.queue_name = v_name AND f.at > v_until AND f.at <= v_now),
+                   dead = queue._add_counts(t.dead, queue._dead_by_reason(v_name, v_until, v_now)),
+                   counted_until = v_now
+             WHERE t.queue_name = v_name;
+        END IF;
     END LOOP;
+    -- totals of dropped queues
+    DELETE FROM queue.metrics_totals t
+     WHERE NOT EXISTS (SELECT 1 FROM queue.queue_config c WHERE c.queue_name = t.queue_name);
     RETURN v_rows;
 END
 $$;
 COMMENT ON FUNCTION queue.snapshot_metrics()
-    IS 'Writes one metrics_history row per queue: the stats columns and what was processed and failed since the previous row';
+    IS 'Writes one metrics_history row per queue (the stats columns, processed and failed since the previous row) and advances the running totals';
 
 -- ----------------------------------------------------------------------
 -- pg_cron

@@ -360,9 +360,9 @@ BEGIN
         (7,  'queue_run_seconds', 'gauge', 'Time from claim to completion of the items processed in the last hour.'),
         (8,  'queue_paused', 'gauge', '1 while the queue is paused (manually or by its circuit breaker).'),
         (9,  'queue_alerts_open', 'gauge', 'Open alerts by kind.'),
-        (10, 'queue_processed_total', 'counter', 'Processed items in the retained history.'),
-        (11, 'queue_failed_total', 'counter', 'Failed attempts in the retained failure log.'),
-        (12, 'queue_dead_letters_total', 'counter', 'Dead letters kept, by reason.')),
+        (10, 'queue_processed_total', 'counter', 'Items processed (running total kept by snapshot_metrics).'),
+        (11, 'queue_failed_total', 'counter', 'Failed attempts, lost leases included (running total kept by snapshot_metrics).'),
+        (12, 'queue_dead_letters_total', 'counter', 'Items dead-lettered, by reason (running total kept by snapshot_metrics).')),
     smp (ord, q, sub, labels, val) AS (
         SELECT 1, s.q, k.n, format('queue=%s,state=%s', s.ql, queue._prom_label(k.state)), k.v::numeric
           FROM s CROSS JOIN LATERAL (VALUES (1, 'queued', s.queued), (2, 'scheduled', s.scheduled),
@@ -392,14 +392,22 @@ BEGIN
          GROUP BY s.q, s.ql, a.kind
         UNION ALL
         SELECT 10, s.q, 0, format('queue=%s', s.ql),
-               (SELECT count(*) FROM queue.item_done d WHERE d.queue_name = s.q) FROM s
+               coalesce(t.processed, 0)
+               + (SELECT count(*) FROM queue.item_done d
+                   WHERE d.queue_name = s.q AND d.completed_at > coalesce(t.counted_until, '-infinity'))
+          FROM s LEFT JOIN queue.metrics_totals t ON t.queue_name = s.q
         UNION ALL
         SELECT 11, s.q, 0, format('queue=%s', s.ql),
-               (SELECT count(*) FROM queue.failure_log f WHERE f.queue_name = s.q) FROM s
+               coalesce(t.failed, 0)
+               + (SELECT count(*) FROM queue.failure_log f
+                   WHERE f.queue_name = s.q AND f.at > coalesce(t.counted_until, '-infinity'))
+          FROM s LEFT JOIN queue.metrics_totals t ON t.queue_name = s.q
         UNION ALL
-        SELECT 12, s.q, 0, format('queue=%s,reason=%s', s.ql, queue._prom_label(x.reason)), count(*)
-          FROM s JOIN queue.dead_letters x ON x.queue_name = s.q
-         GROUP BY s.q, s.ql, x.reason),
+        SELECT 12, s.q, 0, format('queue=%s,reason=%s', s.ql, queue._prom_label(r.key)), r.value::numeric
+          FROM s LEFT JOIN queue.metrics_totals t ON t.queue_name = s.q
+         CROSS JOIN LATERAL jsonb_each_text(queue._add_counts(
+                   coalesce(t.dead, '{}'),
+                   queue._dead_by_reason(s.q, coalesce(t.counted_until, '-infinity'), 'infinity'))) r),
     lines (ord, q, sub, labels, line) AS (
         SELECT f.ord, '', -2, '', format('# HELP %s %s', f.name, f.help) FROM fam f
         UNION ALL

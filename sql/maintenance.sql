@@ -199,6 +199,23 @@ SELECT queue.snapshot_metrics() > 0 AS wrote;
 SELECT queue.snapshot_metrics() AS wrote_again;
 COMMIT;
 
+-- case: prometheus counters are running totals kept by snapshot_metrics, so
+-- retention purging history, failures and dead letters does not make them fall
+SELECT count(*) FROM (SELECT queue.cancel('m_snap', item_id) FROM queue.items
+                       WHERE queue_name = 'm_snap' AND state = 'queued') c;
+SELECT queue.snapshot_metrics() > 0 AS wrote;
+SELECT l FROM regexp_split_to_table(queue.prometheus(), E'\n') AS l
+ WHERE l ~ '^queue_[a-z_]+_total\{queue="m_snap"' ORDER BY l;
+UPDATE queue.item_done SET completed_at = now() - interval '30 days' WHERE queue_name = 'm_snap';
+UPDATE queue.failure_log SET at = now() - interval '30 days' WHERE queue_name = 'm_snap';
+SELECT count(queue.review('m_snap', item_id, 'rejected')) FROM queue.dead_letters WHERE queue_name = 'm_snap';
+UPDATE queue.dead_letters SET reviewed_at = now() - interval '30 days' WHERE queue_name = 'm_snap';
+SELECT purged FROM queue.sweep() WHERE queue_name = 'm_snap';
+SELECT (SELECT count(*) FROM queue.history WHERE queue_name = 'm_snap') AS history,
+       (SELECT count(*) FROM queue.dead_letters WHERE queue_name = 'm_snap') AS dead_letters;
+SELECT l FROM regexp_split_to_table(queue.prometheus(), E'\n') AS l
+ WHERE l ~ '^queue_[a-z_]+_total\{queue="m_snap"' ORDER BY l;
+
 -- case: pg_cron absent: a clear error with a hint (55000)
 \set VERBOSITY default
 \set SHOW_CONTEXT never
