@@ -970,6 +970,7 @@ item_start(Item *it)
 		signal(SIGPIPE, SIG_DFL);
 		signal(SIGINT, SIG_DFL);
 		signal(SIGTERM, SIG_DFL);
+		signal(SIGHUP, SIG_DFL);
 		signal(SIGCHLD, SIG_DFL);
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
@@ -1601,6 +1602,7 @@ setup_signals(void)
 	sigaction(SIGCHLD, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);	/* a closed terminal: stop gracefully */
 	signal(SIGPIPE, SIG_IGN);
 }
 
@@ -1609,7 +1611,7 @@ begin_shutdown(int sig)
 {
 	if (shutting_down)
 	{
-		log_msg("second %s: ending the grace period now", sig == SIGINT ? "SIGINT" : "SIGTERM");
+		log_msg("second %s: ending the grace period now", signal_name(sig));
 		grace_until = now_mono();
 		return;
 	}
@@ -1617,7 +1619,7 @@ begin_shutdown(int sig)
 	grace_until = now_mono() + opt.grace;
 	if (sig)
 		log_msg("%s received: claiming nothing new; %d running item(s) get up to %.0f s to finish",
-				sig == SIGINT ? "SIGINT" : "SIGTERM", count_state(IT_RUNNING), opt.grace);
+				signal_name(sig), count_state(IT_RUNNING), opt.grace);
 	/* claimed but not started: give them back now */
 	for (int i = 0; i < nitems; i++)
 		if (items[i].state == IT_WAITING)
@@ -1692,7 +1694,7 @@ usage(void)
 		   "a code word and a colon, e.g. \"ERP_TIMEOUT: no answer\", ERP_TIMEOUT is the\n"
 		   "error_code.  A stdout line {\"checkpoint\": {...}} saves progress with\n"
 		   "queue.checkpoint at once; the item's progress survives retries.\n\n"
-		   "SIGTERM or SIGINT: claim nothing new, let running commands finish for --grace,\n"
+		   "SIGTERM, SIGINT or SIGHUP: claim nothing new, let running commands finish for --grace,\n"
 		   "then kill them and release their items; a second signal ends the grace period.\n"
 		   "Exit status: 0 normal end, 1 runtime failure, 2 usage error.\n");
 }
@@ -2255,7 +2257,7 @@ main(int argc, char **argv)
 					{
 						if (sigs[j] == SIGCHLD)
 							reap_children();
-						else if (sigs[j] == SIGTERM || sigs[j] == SIGINT)
+						else if (sigs[j] == SIGTERM || sigs[j] == SIGINT || sigs[j] == SIGHUP)
 							begin_shutdown(sigs[j]);
 					}
 			}
