@@ -25,6 +25,17 @@
 --     newest 10,000 completions of the last hour (index on queue_name,
 --     completed_at).  failed_1h and dead are index-only counts of the
 --     failure_log and the open dead letters.
+--
+-- Measured (PostgreSQL 15, 2 vCPU, warm cache, pgbench -n -T 10 -c 1 -f
+-- with SELECT * FROM queue.stats('big')): 85 ms per call on a queue of
+-- 10,010,000 live items (9.4 M claimable, 0.5 M scheduled, 0.1 M on hold)
+-- with 360,000 rows of history; 0.6 ms on an empty queue beside it; a
+-- plain count(*) of the claimable rows alone took 7.6 s.  The page sample
+-- is unbiased but noisy where a state's rows sit together in few pages:
+-- over repeated calls queued came within 10 %, scheduled within 30 %, and
+-- a block of 100,000 held items within 70 % (never reported below the
+-- exact limit).  health() costs about as much as stats(); prometheus()
+-- 135 ms; counts below the limit are exact.
 
 -- Above this many rows a state's count is estimated.
 CREATE FUNCTION queue._stats_exact_limit() RETURNS bigint
