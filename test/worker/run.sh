@@ -184,6 +184,25 @@ if want listen; then
 	is "listen: worker exits 0" "$?" 0
 fi
 
+# -- case: a paused queue gives nothing; the worker resumes with it -------
+if want pause; then
+	sql "SELECT queue.create_queue('t_pause'); SELECT queue.pause('t_pause', 'maintenance')" >/dev/null
+	sql "SELECT queue.enqueue('t_pause', '{\"n\": 1}')" >/dev/null
+	bg_worker t_pause pause1 --max-items 1 --poll 200ms --poll-max 1s --exec 'cat >/dev/null'
+	w=$BG
+	sleep 2
+	is "pause: nothing is claimed while the queue is paused" \
+		"$(sql "SELECT state FROM queue.items WHERE queue_name = 't_pause'")" "queued"
+	sql "SELECT queue.resume('t_pause')" >/dev/null
+	if wait_for 5 "SELECT count(*) = 1 FROM queue.history WHERE queue_name = 't_pause'"; then
+		ok "pause: the worker picks the item up soon after resume"
+	else
+		notok "pause: the worker picks the item up soon after resume"
+	fi
+	wait "$w"
+	is "pause: worker exits 0" "$?" 0
+fi
+
 # -- case: transient failures (exit 75) ----------------------------------
 if want transient; then
 	sql "SELECT queue.create_queue('t_tmp', max_attempts => 3, backoff_base => '200 ms',
