@@ -35,7 +35,7 @@ COMMENT ON FUNCTION queue._say_duration(interval) IS 'A duration as HH:MM:SS, in
 
 -- Alerts of one queue: raise what holds, clear what no longer does.
 CREATE FUNCTION queue._sweep_alerts(p_queue text)
-RETURNS void LANGUAGE plpgsql VOLATILE
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
@@ -138,7 +138,7 @@ CREATE FUNCTION queue._sweep_queue(p_queue text,
                                    OUT swept boolean, OUT recovered bigint,
                                    OUT dead_lettered bigint, OUT expired bigint,
                                    OUT aged bigint, OUT purged bigint)
-RETURNS record LANGUAGE plpgsql VOLATILE
+RETURNS record LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
@@ -495,7 +495,7 @@ COMMENT ON FUNCTION queue.snapshot_metrics()
 -- before they run: the extension installs and works without pg_cron.
 
 CREATE FUNCTION queue._require_pg_cron()
-RETURNS void LANGUAGE plpgsql STABLE
+RETURNS void LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 BEGIN
