@@ -13,6 +13,12 @@
 -- many row locks on a queue with millions of items; the next call goes on.
 -- Correctness never depends on the sweeper: dequeue reclaims expired
 -- leases and buries expired or spent items itself.
+--
+-- Priority aging is stored by sweep, 10,000 re-prioritised items per queue
+-- and call (measured: 0.5 s per call on a queue of 10 million items).  A
+-- backlog in which more than 10,000 x (priority_aging / sweep interval)
+-- items change priority per step ages late, oldest items first; claim-time
+-- aging in dequeue would be the remedy for such queues.
 
 -- Rows per queue, per call and per kind of work.
 CREATE FUNCTION queue._sweep_batch() RETURNS int
