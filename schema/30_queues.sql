@@ -224,6 +224,11 @@ BEGIN
            breaker_threshold = c.breaker_threshold, breaker_window = c.breaker_window,
            breaker_min_samples = c.breaker_min_samples, breaker_cooldown = c.breaker_cooldown
      WHERE q.queue_name = v_name;
+    -- without aging, items claim at the priority they were given
+    IF c.priority_aging IS NULL THEN
+        UPDATE queue.item_live i SET priority = i.base_priority
+         WHERE i.queue_name = v_name AND i.priority <> i.base_priority;
+    END IF;
     -- a queue without a breaker cannot stay paused by one
     IF c.breaker_threshold IS NULL AND c.breaker_state <> 'closed' THEN
         PERFORM queue.resume(v_name);
@@ -266,6 +271,7 @@ BEGIN
     DELETE FROM queue.failure_log f WHERE f.queue_name = v_name;
     DELETE FROM queue.alerts a WHERE a.queue_name = v_name;
     DELETE FROM queue.metrics_history m WHERE m.queue_name = v_name;
+    DELETE FROM queue.metrics_totals t WHERE t.queue_name = v_name;
     DELETE FROM queue.queue_grant g WHERE g.queue_name = v_name;
     DELETE FROM queue.queue_config q WHERE q.queue_name = v_name;
     INSERT INTO queue.events (queue_name, kind, details)
