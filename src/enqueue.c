@@ -23,11 +23,13 @@
 
 #include "catalog/pg_type.h"
 #include "commands/async.h"
+#include "common/hashfn.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/hsearch.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
@@ -96,6 +98,21 @@ static SPIPlanPtr batch_event_plan = NULL;
 #define BATCH_EVENT_SQL \
 	"INSERT INTO queue.events (queue_name, item_id, kind, attempt) " \
 	"SELECT $1, i, 'enqueued', 0 FROM pg_catalog.unnest($2::pg_catalog.int8[]) AS i"
+
+/* Hash support for char * keys (the key is the pointer, hashed as text). */
+static uint32
+string_hash_ptr(const void *key, Size keysize)
+{
+	const char *s = *(const char *const *) key;
+
+	return string_hash(s, strlen(s) + 1);
+}
+
+static int
+string_match_ptr(const void *key1, const void *key2, Size keysize)
+{
+	return strcmp(*(const char *const *) key1, *(const char *const *) key2);
+}
 
 /*
  * queue_audit_keeps
@@ -340,30 +357,61 @@ queue_enqueue(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(item_id);
 }
 
+/* A dedup key found by resolve_keys and the item that holds it. */
+typedef struct KeyHolder
+{
+	char	   *key;			/* hash key (HASH_STRINGS compares the text) */
+	int64		item_id;
+} KeyHolder;
+
 /*
  * Look dedup keys up with `plan` (rows of (key, id)) and record the id of
- * every position whose key is found and has no id yet.
+ * every position whose key is found and has no id yet.  A hash of the rows
+ * keeps a batch of many keys linear.
  */
 static void
 resolve_keys(SPIPlanPtr plan, Datum *values, int n, Datum *keys, bool *key_nulls,
 			 int64 *ids)
 {
+	HASHCTL		ctl;
+	HTAB	   *holders;
+
 	if (SPI_execute_plan(plan, values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "queue: dedup lookup failed");
+	if (SPI_processed == 0)
+		return;
+
+	ctl.keysize = sizeof(char *);
+	ctl.entrysize = sizeof(KeyHolder);
+	ctl.hash = string_hash_ptr;
+	ctl.match = string_match_ptr;
+	ctl.hcxt = CurrentMemoryContext;
+	holders = hash_create("queue dedup keys", (long) SPI_processed, &ctl,
+						  HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		bool		isnull;
+		bool		found;
 		char	   *key = SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
-		int64		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
-													 SPI_tuptable->tupdesc, 2, &isnull));
+		KeyHolder  *h = hash_search(holders, &key, HASH_ENTER, &found);
 
-		for (int i = 0; i < n; i++)
-		{
-			if (ids[i] == 0 && !key_nulls[i] &&
-				strcmp(TextDatumGetCString(keys[i]), key) == 0)
-				ids[i] = id;
-		}
+		h->key = key;
+		h->item_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
+												 SPI_tuptable->tupdesc, 2, &isnull));
 	}
+	for (int i = 0; i < n; i++)
+	{
+		char	   *key;
+		KeyHolder  *h;
+
+		if (ids[i] != 0 || key_nulls[i])
+			continue;
+		key = TextDatumGetCString(keys[i]);
+		h = hash_search(holders, &key, HASH_FIND, NULL);
+		if (h != NULL)
+			ids[i] = h->item_id;
+	}
+	hash_destroy(holders);
 }
 
 /*
