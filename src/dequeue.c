@@ -5,7 +5,9 @@
  *
  * One statement picks the head of the queue's claim index
  * (queue_name, priority, visible_at, item_id) with FOR UPDATE SKIP LOCKED
- * and leases what it picked: a fresh lease_token from a sequence (the
+ * and leases what it picked, found again by primary key through
+ * item_id = ANY(ARRAY(...)) so that the kept generic plan stays a pair of
+ * index scans whatever the batch size: a fresh lease_token from a sequence (the
  * fencing token), attempt + 1, visible_at moved to the lease's end.  Rows
  * that must not be handed out (past expires_at, or a lost lease whose
  * attempts are spent) come back flagged from the same statement; they are
@@ -78,19 +80,20 @@ static SPIPlanPtr claimed_event_plan = NULL;
 	"         worker = $3, claimed_at = pg_catalog.now(), " \
 	"         lease_expires_at = pg_catalog.now()" OP("+") "$4, " \
 	"         visible_at = pg_catalog.now()" OP("+") "$4, " \
-	"         errors = CASE WHEN c.lost THEN i.errors" OP("||") "pg_catalog.jsonb_build_array(" \
+	"         errors = CASE WHEN i.lease_token IS NOT NULL " \
+	"                  THEN i.errors" OP("||") "pg_catalog.jsonb_build_array(" \
 	"                    pg_catalog.jsonb_build_object('attempt', i.attempt, 'at', i.lease_expires_at, " \
 	"                      'worker', i.worker, 'error', 'lease expired', 'error_code', 'lease_expired')) " \
 	"                  ELSE i.errors END, " \
-	"         last_error = CASE WHEN c.lost THEN 'lease expired' ELSE i.last_error END, " \
-	"         error_code = CASE WHEN c.lost THEN 'lease_expired' ELSE i.error_code END " \
-	"    FROM cand c " \
-	"   WHERE i.queue_name" OP("=") "$1 AND i.item_id" OP("=") "c.item_id " \
-	"     AND NOT c.expired AND NOT c.spent " \
+	"         last_error = CASE WHEN i.lease_token IS NOT NULL THEN 'lease expired' ELSE i.last_error END, " \
+	"         error_code = CASE WHEN i.lease_token IS NOT NULL THEN 'lease_expired' ELSE i.error_code END " \
+	"   WHERE i.queue_name" OP("=") "$1 " \
+	"     AND i.item_id" OP("=") "ANY (ARRAY(SELECT c.item_id FROM cand c " \
+	"                                      WHERE NOT c.expired AND NOT c.spent)) " \
 	"  RETURNING i.item_id, i.lease_token, i.payload, i.progress, i.attempt, i.max_attempts, " \
-	"            i.base_priority, i.enqueued_at, i.lease_expires_at, i.dedup_key, i.correlation_id, " \
-	"            c.prio, c.since, c.lost, 0 AS junk) " \
-	"SELECT * FROM claimed " \
+	"            i.base_priority, i.enqueued_at, i.lease_expires_at, i.dedup_key, i.correlation_id) " \
+	"SELECT cl.*, c.prio, c.since, c.lost, 0 AS junk " \
+	"  FROM claimed cl JOIN cand c ON c.item_id" OP("=") "cl.item_id " \
 	"UNION ALL " \
 	"SELECT c.item_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, " \
 	"       c.prio, c.since, c.lost, CASE WHEN c.expired THEN 1 ELSE 2 END " \

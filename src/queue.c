@@ -21,6 +21,7 @@
 
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "nodes/parsenodes.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
@@ -75,7 +76,13 @@ queue_prepare_cached(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes
 {
 	if (*slot == NULL)
 	{
-		SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+		/*
+		 * NB: always the generic plan.  The statements are written so that
+		 * it is the right one (index scans on the queue's own rows), and a
+		 * custom plan per call would cost more than most of them run.
+		 */
+		SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes,
+											  CURSOR_OPT_GENERIC_PLAN);
 
 		if (plan == NULL)
 			elog(ERROR, "queue: SPI_prepare failed: %s",
