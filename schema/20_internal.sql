@@ -69,7 +69,7 @@ $$;
 CREATE FUNCTION queue._event(p_queue text, p_item_id bigint, p_kind text,
                              p_worker text DEFAULT NULL, p_attempt int DEFAULT NULL,
                              p_details jsonb DEFAULT '{}')
-RETURNS void LANGUAGE plpgsql VOLATILE
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
@@ -82,11 +82,12 @@ BEGIN
     END IF;
 END
 $$;
+COMMENT ON FUNCTION queue._event(text, bigint, text, text, int, jsonb) IS 'Records an event unless the queue''s audit level leaves it out';
 
 -- Raise an alert unless one of that kind is open; new alerts NOTIFY queue_alerts.
 CREATE FUNCTION queue._raise_alert(p_queue text, p_kind text, p_message text,
                                    p_details jsonb DEFAULT '{}')
-RETURNS boolean LANGUAGE plpgsql VOLATILE
+RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
@@ -103,9 +104,10 @@ BEGIN
     RETURN true;
 END
 $$;
+COMMENT ON FUNCTION queue._raise_alert(text, text, text, jsonb) IS 'Raises an alert unless one of its kind is open; NOTIFY queue_alerts with the row';
 
 CREATE FUNCTION queue._clear_alert(p_queue text, p_kind text)
-RETURNS boolean LANGUAGE plpgsql VOLATILE
+RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 BEGIN
@@ -114,6 +116,7 @@ BEGIN
     RETURN FOUND;
 END
 $$;
+COMMENT ON FUNCTION queue._clear_alert(text, text) IS 'Clears the open alert of a kind';
 
 -- An interval the way people say it: '10 min', '1 h', '30 s'.
 CREATE FUNCTION queue._say_interval(p interval) RETURNS text
@@ -130,12 +133,13 @@ BEGIN
            END;
 END
 $$;
+COMMENT ON FUNCTION queue._say_interval(interval) IS 'An interval as people say it: 10 min, 1 h, 30 s';
 
 -- Move a live item to the dead letters.  p_error is the failure that
 -- killed it (NULL for expiry, cancel and a lost last lease).
 CREATE FUNCTION queue._bury(p_queue text, p_item_id bigint, p_reason text,
                             p_error text, p_error_code text)
-RETURNS void LANGUAGE plpgsql VOLATILE
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
@@ -192,11 +196,12 @@ BEGIN
     END IF;
 END
 $$;
+COMMENT ON FUNCTION queue._bury(text, bigint, text, text, text) IS 'Moves a live item to the dead letters';
 
 -- Leases that ran out and were claimed again by dequeue: each counts as a
 -- failed attempt of the previous holder.
 CREATE FUNCTION queue._leases_lost(p_queue text, p_item_ids bigint[])
-RETURNS void LANGUAGE plpgsql VOLATILE
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
@@ -217,12 +222,13 @@ BEGIN
     PERFORM queue._breaker_check(p_queue);
 END
 $$;
+COMMENT ON FUNCTION queue._leases_lost(text, bigint[]) IS 'Records re-claimed expired leases as failed attempts';
 
 -- Circuit breaker: after a failure, trip when the failed fraction of the
 -- outcomes in breaker_window exceeds breaker_threshold with at least
 -- breaker_min_samples outcomes.
 CREATE FUNCTION queue._breaker_check(p_queue text)
-RETURNS boolean LANGUAGE plpgsql VOLATILE
+RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
@@ -284,11 +290,12 @@ BEGIN
     RETURN true;
 END
 $$;
+COMMENT ON FUNCTION queue._breaker_check(text) IS 'Trips the circuit breaker when the failed fraction passes the threshold';
 
 -- The half-open probe finished: success closes the breaker and resumes the
 -- queue, failure re-opens it for another cooldown.
 CREATE FUNCTION queue._breaker_probe_done(p_queue text, p_item_id bigint, p_success boolean)
-RETURNS void LANGUAGE plpgsql VOLATILE
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 BEGIN
@@ -317,3 +324,4 @@ BEGIN
     END IF;
 END
 $$;
+COMMENT ON FUNCTION queue._breaker_probe_done(text, bigint, boolean) IS 'Closes or re-opens the breaker after its half-open probe';

@@ -5,7 +5,7 @@
 -- Validate the settings of a queue (after defaults and alterations are
 -- applied).  One message per rule, naming the setting and the bad value.
 CREATE FUNCTION queue._check_settings(c queue.queue_config)
-RETURNS void LANGUAGE plpgsql IMMUTABLE
+RETURNS void LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 BEGIN
@@ -92,6 +92,7 @@ BEGIN
     END IF;
 END
 $$;
+COMMENT ON FUNCTION queue._check_settings(queue.queue_config) IS 'Validates a queue''s settings';
 
 CREATE FUNCTION queue.create_queue(
     queue_name          text,

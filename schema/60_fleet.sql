@@ -70,17 +70,7 @@ BEGIN
     RETURN p_worker;
 END
 $$;
-
--- Make sure a worker has a registry row; returns nothing.
-CREATE FUNCTION queue._touch_worker(p_worker text)
-RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp AS $$
-#variable_conflict use_column
-BEGIN
-    INSERT INTO queue.worker_registry (worker) VALUES (p_worker)
-    ON CONFLICT (worker) DO NOTHING;
-END
-$$;
+COMMENT ON FUNCTION queue._check_worker(text) IS 'Validates a worker name';
 
 CREATE FUNCTION queue.register_worker(worker text, queues text[] DEFAULT NULL,
                                       capacity int DEFAULT NULL, info jsonb DEFAULT '{}')
@@ -244,6 +234,7 @@ BEGIN
     RETURN v_n;
 END
 $$;
+COMMENT ON FUNCTION queue._recover_offline(text) IS 'Ends the leases of offline workers on a queue; returns how many';
 
 CREATE VIEW queue.workers AS
 SELECT w.worker,
