@@ -1,0 +1,35 @@
+# tools/program.mk -- shared build of the libpq client tools (outside PGXS).
+#
+# A tool's Makefile sets PROGRAM and VERSION_MACRO, then includes this file.
+#   make                 build ./$(PROGRAM)
+#   make install         copy it to $(PG_CONFIG) --bindir (or BINDIR=...)
+#   make clean
+# The version is the extension's, read from queue.control (one place).
+
+PG_CONFIG ?= pg_config
+PG_INCLUDEDIR := $(shell $(PG_CONFIG) --includedir)
+PG_LIBDIR := $(shell $(PG_CONFIG) --libdir)
+BINDIR ?= $(or $(shell $(PG_CONFIG) --bindir),/usr/local/bin)
+
+TOOLS_DIR := $(dir $(lastword $(MAKEFILE_LIST)))
+VERSION ?= $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(TOOLS_DIR)../queue.control)
+
+CC ?= cc
+CFLAGS ?= -O2 -g
+override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -D$(VERSION_MACRO)='"$(VERSION)"'
+override CPPFLAGS += -I$(PG_INCLUDEDIR)
+LDLIBS = -L$(PG_LIBDIR) -lpq -lm
+
+.PHONY: all install clean
+
+all: $(PROGRAM)
+
+$(PROGRAM): $(PROGRAM).c
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
+
+install: $(PROGRAM)
+	install -d $(DESTDIR)$(BINDIR)
+	install -m 755 $(PROGRAM) $(DESTDIR)$(BINDIR)/$(PROGRAM)
+
+clean:
+	rm -f $(PROGRAM)
