@@ -70,6 +70,7 @@ CREATE TABLE queue.item_live (
     lease_expires_at timestamptz,
     worker           text,                   -- holder of the lease
     claimed_at       timestamptz,
+    cap_stripe       smallint,               -- max_in_flight stripe charged
     on_hold          boolean     NOT NULL DEFAULT false,
     hold_reason      text,
     expires_at       timestamptz,

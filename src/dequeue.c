@@ -17,11 +17,15 @@
  * single half-open probe is granted by an UPDATE of the queue's row, which
  * serialises racing dequeuers), worker draining or in maintenance, the
  * worker's capacity (its registry row locked, so sessions of one worker
- * serialise), the queue's max_in_flight (a transaction advisory lock on the
- * queue, so the count and the claim are atomic; taken only on queues with
- * a cap).  Both locks are tried, never waited for: a dequeuer that finds
- * one held returns no rows, as SKIP LOCKED would, and the caller polls
- * again.  Exactness of the caps thus never costs a blocked dequeue.
+ * serialise), the queue's max_in_flight.  The cap is split into up to
+ * CAP_STRIPES stripes, each with its share of the cap and its own
+ * transaction advisory lock; a claim is charged to the stripe it locked
+ * (item_live.cap_stripe), and a stripe's count and claim run under its
+ * lock, so the shares, and thus the cap, are exact while up to
+ * CAP_STRIPES dequeuers claim at once.  Locks are tried, never waited for:
+ * a dequeuer tries the stripes from a random one and returns no rows, as
+ * SKIP LOCKED would, when none is free with room.  Exactness of the caps
+ * thus never costs a blocked dequeue.
  *
  * src/dequeue.c
  *
@@ -30,6 +34,7 @@
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include "common/pg_prng.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -77,7 +82,7 @@ static SPIPlanPtr claimed_event_plan = NULL;
 	"  UPDATE queue.item_live i " \
 	"     SET attempt = i.attempt" OP("+") "1, " \
 	"         lease_token = pg_catalog.nextval('queue.lease_token_seq'::pg_catalog.regclass), " \
-	"         worker = $3, claimed_at = pg_catalog.now(), " \
+	"         worker = $3, claimed_at = pg_catalog.now(), cap_stripe = $5, " \
 	"         lease_expires_at = pg_catalog.now()" OP("+") "$4, " \
 	"         visible_at = pg_catalog.now()" OP("+") "$4, " \
 	"         errors = CASE WHEN i.lease_token IS NOT NULL " \
@@ -117,13 +122,24 @@ static SPIPlanPtr claimed_event_plan = NULL;
 	" WHERE i.worker" OP("=") "$1 " \
 	"   AND i.lease_expires_at" OP(">") "pg_catalog.now()"
 
-#define CAP_LOCK_SQL \
-	"SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext($1), 1903520101)"
+/* Most stripes a queue's max_in_flight is split into. */
+#define CAP_STRIPES 8
+/* Second key of the stripes' advisory locks: base + stripe number. */
+#define CAP_LOCK_BASE 1903520200
 
+#define CAP_LOCK_SQL \
+	"SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext($1), $2)"
+
+/*
+ * Current leases charged to one stripe.  Leases taken before the cap was
+ * set (NULL) or under another number of stripes are charged by modulo, so
+ * every current lease counts against exactly one stripe.
+ */
 #define IN_FLIGHT_SQL \
 	"SELECT pg_catalog.count(*) FROM queue.item_live " \
 	" WHERE queue_name" OP("=") "$1 AND worker IS NOT NULL " \
-	"   AND lease_expires_at" OP(">") "pg_catalog.now()"
+	"   AND lease_expires_at" OP(">") "pg_catalog.now() " \
+	"   AND (coalesce(cap_stripe, 0)" OP("%") "$3)" OP("=") "$2"
 
 /* half-open: the first dequeue after the cooldown becomes the probe */
 #define PROBE_SQL \
@@ -233,6 +249,143 @@ worker_allowance(Datum worker)
 	return -1;
 }
 
+/* What claim_items needs of its dequeue call. */
+typedef struct ClaimContext
+{
+	ReturnSetInfo *rsinfo;		/* where claimed rows go */
+	Datum		qname;			/* queue name (text) */
+	Datum		worker;			/* worker name (text) */
+	Interval   *lease;			/* lease of each claim */
+	char		audit;			/* queue's audit level */
+	bool		is_probe;		/* the claim is the breaker's probe */
+	int64		probe_id;		/* out: the probe item */
+	TimestampTz probe_expiry;	/* out: its lease's end */
+} ClaimContext;
+
+/*
+ * claim_items
+ *		Claim up to `limit` items charged to cap stripe `stripe` (-1: no
+ *		cap), append them to the result, bury what must not be handed out
+ *		and claim again for it.  Returns how many were claimed.
+ */
+static int64
+claim_items(ClaimContext *ctx, int64 limit, int stripe)
+{
+	int64		nclaimed = 0;
+
+	for (;;)
+	{
+		Oid			argtypes[5] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, INT2OID};
+		Datum		values[5];
+		char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+		int			njunk = 0;
+		int			nok = 0;
+		Datum	   *lost_ids = NULL;
+		int			nlost = 0;
+		Datum	   *ev_ids = NULL;
+		Datum	   *ev_attempts = NULL;
+		SPITupleTable *tuptable;
+		uint64		nrows;
+
+		CHECK_FOR_INTERRUPTS();
+		values[0] = ctx->qname;
+		values[1] = Int32GetDatum((int32) (limit - nclaimed));
+		values[2] = ctx->worker;
+		values[3] = IntervalPGetDatum(ctx->lease);
+		values[4] = Int16GetDatum((int16) Max(stripe, 0));
+		if (stripe < 0)
+			nulls[4] = 'n';
+		if (SPI_execute_plan(queue_prepare_cached(&claim_plan, CLAIM_SQL, 5, argtypes),
+							 values, nulls, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "queue: claim failed");
+		tuptable = SPI_tuptable;
+		nrows = SPI_processed;
+		if (nrows == 0)
+			break;
+
+		lost_ids = palloc(sizeof(Datum) * nrows);
+		ev_ids = palloc(sizeof(Datum) * nrows);
+		ev_attempts = palloc(sizeof(Datum) * nrows);
+		for (uint64 r = 0; r < nrows; r++)
+		{
+			HeapTuple	tup = tuptable->vals[r];
+			TupleDesc	desc = tuptable->tupdesc;
+			bool		isnull;
+			int32		junk = DatumGetInt32(SPI_getbinval(tup, desc, 15, &isnull));
+
+			if (junk != 0)
+			{
+				Oid			bt[3] = {TEXTOID, INT8OID, TEXTOID};
+				Datum		bv[3];
+
+				bv[0] = ctx->qname;
+				bv[1] = SPI_getbinval(tup, desc, 1, &isnull);
+				bv[2] = CStringGetTextDatum(junk == 1 ? "expired" : "lease_expired");
+				if (SPI_execute_plan(queue_prepare_cached(&bury_plan, BURY_SQL, 3, bt),
+									 bv, NULL, false, 0) != SPI_OK_SELECT)
+					elog(ERROR, "queue: dead-lettering failed");
+				njunk++;
+				continue;
+			}
+			else
+			{
+				Datum		out[DEQUEUE_NCOLS];
+				bool		nulls[DEQUEUE_NCOLS];
+
+				for (int c = 0; c < DEQUEUE_NCOLS; c++)
+					out[c] = SPI_getbinval(tup, desc, c + 1, &nulls[c]);
+				tuplestore_putvalues(ctx->rsinfo->setResult, ctx->rsinfo->setDesc, out, nulls);
+				nclaimed++;
+				if (DatumGetBool(SPI_getbinval(tup, desc, 14, &isnull)))
+					lost_ids[nlost++] = out[0];
+				ev_ids[nok] = out[0];
+				ev_attempts[nok] = out[4];
+				nok++;
+				if (ctx->is_probe)
+				{
+					ctx->probe_id = DatumGetInt64(out[0]);
+					ctx->probe_expiry = DatumGetTimestampTz(out[8]);
+				}
+			}
+		}
+
+		/* A lease that ran out counts as a failed attempt of its holder. */
+		if (nlost > 0)
+		{
+			Oid			lt[2] = {TEXTOID, INT8ARRAYOID};
+			Datum		lv[2];
+
+			lv[0] = ctx->qname;
+			lv[1] = PointerGetDatum(construct_array(lost_ids, nlost, INT8OID, 8,
+													FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+			if (SPI_execute_plan(queue_prepare_cached(&lost_plan, LOST_SQL, 2, lt),
+								 lv, NULL, false, 0) != SPI_OK_SELECT)
+				elog(ERROR, "queue: recording lost leases failed");
+		}
+		if (ctx->audit == 'a' && nok > 0)
+		{
+			Oid			et[4] = {TEXTOID, TEXTOID, INT8ARRAYOID, INT4ARRAYOID};
+			Datum		ev[4];
+
+			ev[0] = ctx->qname;
+			ev[1] = ctx->worker;
+			ev[2] = PointerGetDatum(construct_array(ev_ids, nok, INT8OID, 8,
+													FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+			ev[3] = PointerGetDatum(construct_array(ev_attempts, nok, INT4OID, 4,
+													true, TYPALIGN_INT));
+			if (SPI_execute_plan(queue_prepare_cached(&claimed_event_plan, CLAIMED_EVENT_SQL, 4, et),
+								 ev, NULL, false, 0) != SPI_OK_INSERT)
+				elog(ERROR, "queue: recording events failed");
+		}
+
+		/* Only buried rows cost us part of the batch: claim again for them. */
+		if (njunk == 0 || nclaimed >= limit)
+			break;
+	}
+
+	return nclaimed;
+}
+
 /*
  * queue.dequeue(queue_name text, worker text, batch_size int = 1,
  *				 lease_timeout interval = NULL)
@@ -259,9 +412,10 @@ queue_dequeue(PG_FUNCTION_ARGS)
 	Datum		qname;
 	int64		want;
 	bool		is_probe = false;
-	int			nclaimed = 0;
+	int64		nclaimed = 0;
 	int64		probe_id = 0;
 	TimestampTz probe_expiry = 0;
+	ClaimContext ctx;
 
 	queue_check_not_null(PG_ARGISNULL(1), "worker");
 	queue_check_not_null(PG_ARGISNULL(2), "batch_size");
@@ -321,127 +475,56 @@ queue_dequeue(PG_FUNCTION_ARGS)
 			want = Min(want, allowance);
 	}
 
-	/* Queue cap: count and claim under the queue's advisory lock. */
-	if (cfg.max_in_flight > 0)
+	ctx.rsinfo = rsinfo;
+	ctx.qname = qname;
+	ctx.worker = worker;
+	ctx.lease = &lease;
+	ctx.audit = cfg.audit;
+	ctx.is_probe = is_probe;
+	ctx.probe_id = 0;
+	ctx.probe_expiry = 0;
+
+	if (cfg.max_in_flight <= 0)
+		nclaimed = claim_items(&ctx, want, -1);
+	else
 	{
-		Oid			t[1] = {TEXTOID};
-		int64		in_flight;
+		/* Queue cap: each stripe's count and claim under its own lock. */
+		Oid			lt[2] = {TEXTOID, INT4OID};
+		Oid			ct[3] = {TEXTOID, INT2OID, INT2OID};
+		int			nstripes = Min(cfg.max_in_flight, CAP_STRIPES);
+		int			first = (int) (pg_prng_uint32(&pg_global_prng_state) % nstripes);
 
-		/* another dequeuer holds the cap: return nothing, like SKIP LOCKED */
-		if (!run_bool(queue_prepare_cached(&cap_lock_plan, CAP_LOCK_SQL, 1, t), &qname, false))
-			goto undo_probe;
-		in_flight = run_count(queue_prepare_cached(&in_flight_plan, IN_FLIGHT_SQL, 1, t), &qname);
-		if (in_flight >= cfg.max_in_flight)
-			goto undo_probe;
-		want = Min(want, cfg.max_in_flight - in_flight);
-	}
-
-	/* Claim; bury what must not be handed out, and claim again for it. */
-	for (;;)
-	{
-		Oid			argtypes[4] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID};
-		Datum		values[4];
-		int			njunk = 0;
-		int			nok = 0;
-		Datum	   *lost_ids = NULL;
-		int			nlost = 0;
-		Datum	   *ev_ids = NULL;
-		Datum	   *ev_attempts = NULL;
-		SPITupleTable *tuptable;
-		uint64		nrows;
-
-		CHECK_FOR_INTERRUPTS();
-		values[0] = qname;
-		values[1] = Int32GetDatum((int32) (want - nclaimed));
-		values[2] = worker;
-		values[3] = IntervalPGetDatum(&lease);
-		if (SPI_execute_plan(queue_prepare_cached(&claim_plan, CLAIM_SQL, 4, argtypes),
-							 values, NULL, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "queue: claim failed");
-		tuptable = SPI_tuptable;
-		nrows = SPI_processed;
-		if (nrows == 0)
-			break;
-
-		lost_ids = palloc(sizeof(Datum) * nrows);
-		ev_ids = palloc(sizeof(Datum) * nrows);
-		ev_attempts = palloc(sizeof(Datum) * nrows);
-		for (uint64 r = 0; r < nrows; r++)
+		for (int k = 0; k < nstripes && nclaimed < want; k++)
 		{
-			HeapTuple	tup = tuptable->vals[r];
-			TupleDesc	desc = tuptable->tupdesc;
-			bool		isnull;
-			int32		junk = DatumGetInt32(SPI_getbinval(tup, desc, 15, &isnull));
-
-			if (junk != 0)
-			{
-				Oid			bt[3] = {TEXTOID, INT8OID, TEXTOID};
-				Datum		bv[3];
-
-				bv[0] = qname;
-				bv[1] = SPI_getbinval(tup, desc, 1, &isnull);
-				bv[2] = CStringGetTextDatum(junk == 1 ? "expired" : "lease_expired");
-				if (SPI_execute_plan(queue_prepare_cached(&bury_plan, BURY_SQL, 3, bt),
-									 bv, NULL, false, 0) != SPI_OK_SELECT)
-					elog(ERROR, "queue: dead-lettering failed");
-				njunk++;
-				continue;
-			}
-			else
-			{
-				Datum		out[DEQUEUE_NCOLS];
-				bool		nulls[DEQUEUE_NCOLS];
-
-				for (int c = 0; c < DEQUEUE_NCOLS; c++)
-					out[c] = SPI_getbinval(tup, desc, c + 1, &nulls[c]);
-				tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
-				nclaimed++;
-				if (DatumGetBool(SPI_getbinval(tup, desc, 14, &isnull)))
-					lost_ids[nlost++] = out[0];
-				ev_ids[nok] = out[0];
-				ev_attempts[nok] = out[4];
-				nok++;
-				if (is_probe)
-				{
-					probe_id = DatumGetInt64(out[0]);
-					probe_expiry = DatumGetTimestampTz(out[8]);
-				}
-			}
-		}
-
-		/* A lease that ran out counts as a failed attempt of its holder. */
-		if (nlost > 0)
-		{
-			Oid			lt[2] = {TEXTOID, INT8ARRAYOID};
+			int			s = (first + k) % nstripes;
+			int32		share = cfg.max_in_flight / nstripes +
+				(s < cfg.max_in_flight % nstripes ? 1 : 0);
 			Datum		lv[2];
+			Datum		cv[3];
+			int64		in_flight;
+			int64		ask;
+			int64		got;
 
 			lv[0] = qname;
-			lv[1] = PointerGetDatum(construct_array(lost_ids, nlost, INT8OID, 8,
-													FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-			if (SPI_execute_plan(queue_prepare_cached(&lost_plan, LOST_SQL, 2, lt),
-								 lv, NULL, false, 0) != SPI_OK_SELECT)
-				elog(ERROR, "queue: recording lost leases failed");
+			lv[1] = Int32GetDatum(CAP_LOCK_BASE + s);
+			/* another dequeuer holds this stripe: try the next */
+			if (!run_bool(queue_prepare_cached(&cap_lock_plan, CAP_LOCK_SQL, 2, lt), lv, false))
+				continue;
+			cv[0] = qname;
+			cv[1] = Int16GetDatum((int16) s);
+			cv[2] = Int16GetDatum((int16) nstripes);
+			in_flight = run_count(queue_prepare_cached(&in_flight_plan, IN_FLIGHT_SQL, 3, ct), cv);
+			if (in_flight >= share)
+				continue;
+			ask = Min(share - in_flight, want - nclaimed);
+			got = claim_items(&ctx, ask, s);
+			nclaimed += got;
+			if (got < ask)
+				break;			/* nothing more to claim */
 		}
-		if (cfg.audit == 'a' && nok > 0)
-		{
-			Oid			et[4] = {TEXTOID, TEXTOID, INT8ARRAYOID, INT4ARRAYOID};
-			Datum		ev[4];
-
-			ev[0] = qname;
-			ev[1] = worker;
-			ev[2] = PointerGetDatum(construct_array(ev_ids, nok, INT8OID, 8,
-													FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-			ev[3] = PointerGetDatum(construct_array(ev_attempts, nok, INT4OID, 4,
-													true, TYPALIGN_INT));
-			if (SPI_execute_plan(queue_prepare_cached(&claimed_event_plan, CLAIMED_EVENT_SQL, 4, et),
-								 ev, NULL, false, 0) != SPI_OK_INSERT)
-				elog(ERROR, "queue: recording events failed");
-		}
-
-		/* Only buried rows cost us part of the batch: claim again for them. */
-		if (njunk == 0 || nclaimed >= want)
-			break;
 	}
+	probe_id = ctx.probe_id;
+	probe_expiry = ctx.probe_expiry;
 
 undo_probe:
 	if (is_probe)
