@@ -5,17 +5,19 @@
  *
  * One statement picks the head of the queue's claim index
  * (queue_name, priority, visible_at, item_id) with FOR UPDATE SKIP LOCKED
- * and leases what it picked, found again by primary key through
- * item_id = ANY(ARRAY(...)) so that the kept generic plan stays a pair of
- * index scans whatever the batch size: a fresh lease_token from a sequence (the
- * fencing token), attempt + 1, visible_at moved to the lease's end.  Rows
- * that must not be handed out (past expires_at, or a lost lease whose
- * attempts are spent) come back flagged from the same statement; they are
- * dead-lettered on the spot and the claim repeats for what is missing.
+ * and leases what it picked: a fresh lease_token from a sequence (the
+ * fencing token), attempt + 1, visible_at moved to the lease's end.  The
+ * picked rows are found again by primary key through
+ * item_id = ANY(ARRAY(...)), so the kept generic plan stays a pair of index
+ * scans whatever the batch size.  Rows that must not be handed out (past
+ * expires_at, or a lost lease whose attempts are spent) come back flagged
+ * from the same statement; they are dead-lettered on the spot and the
+ * claim repeats for what is missing.
  *
  * Gates before the claim, in order: paused queue (or open breaker, where a
- * single half-open probe is granted by an UPDATE of the queue's row, which
- * serialises racing dequeuers), worker draining or in maintenance, the
+ * single half-open probe is granted by an UPDATE of the queue's row locked
+ * with SKIP LOCKED, so of racing dequeuers exactly one wins), worker
+ * draining or in maintenance, the
  * worker's capacity (its registry row locked, so sessions of one worker
  * serialise), the queue's max_in_flight.  The cap is split into up to
  * CAP_STRIPES stripes, each with its share of the cap and its own
