@@ -70,7 +70,7 @@ CREATE FUNCTION queue._event(p_queue text, p_item_id bigint, p_kind text,
                              p_worker text DEFAULT NULL, p_attempt int DEFAULT NULL,
                              p_details jsonb DEFAULT '{}')
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_audit text;
@@ -88,7 +88,7 @@ COMMENT ON FUNCTION queue._event(text, bigint, text, text, int, jsonb) IS 'Recor
 CREATE FUNCTION queue._raise_alert(p_queue text, p_kind text, p_message text,
                                    p_details jsonb DEFAULT '{}')
 RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_row queue.alerts;
@@ -108,7 +108,7 @@ COMMENT ON FUNCTION queue._raise_alert(text, text, text, jsonb) IS 'Raises an al
 
 CREATE FUNCTION queue._clear_alert(p_queue text, p_kind text)
 RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 BEGIN
     UPDATE queue.alerts SET cleared_at = now()
@@ -121,7 +121,7 @@ COMMENT ON FUNCTION queue._clear_alert(text, text) IS 'Clears the open alert of 
 -- An interval the way people say it: '10 min', '1 h', '30 s'.
 CREATE FUNCTION queue._say_interval(p interval) RETURNS text
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     s numeric := extract(epoch FROM p);
 BEGIN
@@ -140,7 +140,7 @@ COMMENT ON FUNCTION queue._say_interval(interval) IS 'An interval as people say 
 CREATE FUNCTION queue._bury(p_queue text, p_item_id bigint, p_reason text,
                             p_error text, p_error_code text)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     r queue.item_live;
@@ -202,7 +202,7 @@ COMMENT ON FUNCTION queue._bury(text, bigint, text, text, text) IS 'Moves a live
 -- failed attempt of the previous holder.
 CREATE FUNCTION queue._leases_lost(p_queue text, p_item_ids bigint[])
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     r record;
@@ -229,7 +229,7 @@ COMMENT ON FUNCTION queue._leases_lost(text, bigint[]) IS 'Records re-claimed ex
 -- breaker_min_samples outcomes.
 CREATE FUNCTION queue._breaker_check(p_queue text)
 RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     c queue.queue_config;
@@ -296,7 +296,7 @@ COMMENT ON FUNCTION queue._breaker_check(text) IS 'Trips the circuit breaker whe
 -- queue, failure re-opens it for another cooldown.
 CREATE FUNCTION queue._breaker_probe_done(p_queue text, p_item_id bigint, p_success boolean)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 BEGIN
     IF p_success THEN

@@ -6,7 +6,7 @@
 -- applied).  One message per rule, naming the setting and the bad value.
 CREATE FUNCTION queue._check_settings(c queue.queue_config)
 RETURNS void LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 BEGIN
     IF c.lease_timeout IS NULL OR c.max_attempts IS NULL OR c.backoff_base IS NULL
@@ -116,7 +116,7 @@ CREATE FUNCTION queue.create_queue(
     breaker_cooldown    interval DEFAULT '5 min',
     if_not_exists       boolean  DEFAULT false)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     c queue.queue_config;
@@ -182,7 +182,7 @@ CREATE FUNCTION queue.alter_queue(
     breaker_min_samples int      DEFAULT NULL,
     breaker_cooldown    interval DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     c queue.queue_config;
@@ -241,7 +241,7 @@ COMMENT ON FUNCTION queue.alter_queue(text, interval, int, interval, float8, int
 
 CREATE FUNCTION queue.drop_queue(queue_name text, force boolean DEFAULT false)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text := queue._check_name(drop_queue.queue_name);
@@ -284,7 +284,7 @@ COMMENT ON FUNCTION queue.drop_queue(text, boolean)
 
 CREATE FUNCTION queue.purge(queue_name text)
 RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text := queue._check_name(purge.queue_name);

@@ -15,7 +15,7 @@ CREATE FUNCTION queue.enqueue(
     max_attempts   int         DEFAULT NULL,
     correlation_id text        DEFAULT NULL)
 RETURNS bigint LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pg_temp SET jit = off
 AS 'MODULE_PATHNAME', 'queue_enqueue';
 COMMENT ON FUNCTION queue.enqueue(text, jsonb, int, timestamptz, text, timestamptz, int, text)
     IS 'Adds an item; with a dedup_key held by a live item returns that item''s id instead';
@@ -29,7 +29,7 @@ CREATE FUNCTION queue.enqueue_batch(
     expires_at   timestamptz DEFAULT NULL,
     max_attempts int         DEFAULT NULL)
 RETURNS SETOF bigint LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pg_temp SET jit = off
 AS 'MODULE_PATHNAME', 'queue_enqueue_batch';
 COMMENT ON FUNCTION queue.enqueue_batch(text, jsonb[], int, timestamptz, text[], timestamptz, int)
     IS 'Adds many items in one call; returns their ids in input order';
@@ -43,7 +43,7 @@ RETURNS TABLE (item_id bigint, lease_token bigint, payload jsonb, progress jsonb
                attempt int, max_attempts int, priority int, enqueued_at timestamptz,
                lease_expires_at timestamptz, dedup_key text, correlation_id text)
 LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER ROWS 1
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pg_temp SET jit = off
 AS 'MODULE_PATHNAME', 'queue_dequeue';
 COMMENT ON FUNCTION queue.dequeue(text, text, int, interval)
     IS 'Claims up to batch_size items under a lease with a fencing token';
@@ -51,7 +51,7 @@ COMMENT ON FUNCTION queue.dequeue(text, text, int, interval)
 CREATE FUNCTION queue.complete(queue_name text, item_id bigint, lease_token bigint,
                                result jsonb DEFAULT NULL)
 RETURNS boolean LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pg_temp SET jit = off
 AS 'MODULE_PATHNAME', 'queue_complete';
 COMMENT ON FUNCTION queue.complete(text, bigint, bigint, jsonb)
     IS 'Moves a leased item to the history; false if the lease is not current';
@@ -59,7 +59,7 @@ COMMENT ON FUNCTION queue.complete(text, bigint, bigint, jsonb)
 CREATE FUNCTION queue.complete_batch(queue_name text, item_ids bigint[], lease_tokens bigint[],
                                      result jsonb DEFAULT NULL)
 RETURNS int LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pg_temp SET jit = off
 AS 'MODULE_PATHNAME', 'queue_complete_batch';
 COMMENT ON FUNCTION queue.complete_batch(text, bigint[], bigint[], jsonb)
     IS 'Completes the items whose lease tokens are current; returns how many';
@@ -68,7 +68,7 @@ CREATE FUNCTION queue.fail(queue_name text, item_id bigint, lease_token bigint, 
                            error_code text DEFAULT NULL, permanent boolean DEFAULT false,
                            retry_in interval DEFAULT NULL)
 RETURNS text LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pg_temp SET jit = off
 AS 'MODULE_PATHNAME', 'queue_fail';
 COMMENT ON FUNCTION queue.fail(text, bigint, bigint, text, text, boolean, interval)
     IS 'Reports a failed attempt: ''retrying'' (backoff) or ''dead'' (dead letter); NULL if the lease is not current';
@@ -76,7 +76,7 @@ COMMENT ON FUNCTION queue.fail(text, bigint, bigint, text, text, boolean, interv
 CREATE FUNCTION queue.release(queue_name text, item_id bigint, lease_token bigint,
                               run_at timestamptz DEFAULT now())
 RETURNS boolean LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pg_temp SET jit = off
 AS 'MODULE_PATHNAME', 'queue_release';
 COMMENT ON FUNCTION queue.release(text, bigint, bigint, timestamptz)
     IS 'Gives a leased item back without counting the attempt';
@@ -84,7 +84,7 @@ COMMENT ON FUNCTION queue.release(text, bigint, bigint, timestamptz)
 CREATE FUNCTION queue.extend_lease(queue_name text, item_id bigint, lease_token bigint,
                                    extend_by interval DEFAULT NULL)
 RETURNS timestamptz LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pg_temp SET jit = off
 AS 'MODULE_PATHNAME', 'queue_extend_lease';
 COMMENT ON FUNCTION queue.extend_lease(text, bigint, bigint, interval)
     IS 'Moves the lease''s expiry to now() + extend_by; NULL if the lease is lost';
@@ -92,7 +92,7 @@ COMMENT ON FUNCTION queue.extend_lease(text, bigint, bigint, interval)
 CREATE FUNCTION queue.checkpoint(queue_name text, item_id bigint, lease_token bigint,
                                  progress jsonb)
 RETURNS boolean LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pg_temp SET jit = off
 AS 'MODULE_PATHNAME', 'queue_checkpoint';
 COMMENT ON FUNCTION queue.checkpoint(text, bigint, bigint, jsonb)
     IS 'Merges progress into the item; it survives retries, dead-lettering and replay';
@@ -101,7 +101,7 @@ COMMENT ON FUNCTION queue.checkpoint(text, bigint, bigint, jsonb)
 
 CREATE FUNCTION queue.hold(queue_name text, item_id bigint, reason text DEFAULT NULL)
 RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text := queue._check_name(hold.queue_name);
@@ -127,7 +127,7 @@ COMMENT ON FUNCTION queue.hold(text, bigint, text) IS 'Puts a queued item on hol
 
 CREATE FUNCTION queue.unhold(queue_name text, item_id bigint)
 RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text := queue._check_name(unhold.queue_name);
@@ -151,7 +151,7 @@ COMMENT ON FUNCTION queue.unhold(text, bigint) IS 'Returns an on-hold item to th
 
 CREATE FUNCTION queue.cancel(queue_name text, item_id bigint, reason text DEFAULT NULL)
 RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text := queue._check_name(cancel.queue_name);
@@ -216,7 +216,7 @@ RETURNS TABLE (state text, priority int, attempt int,
                finished_at timestamptz, last_error text, error_code text, reason text,
                dedup_key text, correlation_id text, replayed_as bigint)
 LANGUAGE plpgsql STABLE PARALLEL SAFE SECURITY DEFINER ROWS 1
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text := queue._check_name(item.queue_name);

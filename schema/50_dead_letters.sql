@@ -4,7 +4,7 @@
 
 CREATE FUNCTION queue.replay(queue_name text, item_id bigint, payload jsonb DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text := queue._check_name(replay.queue_name);
@@ -63,7 +63,7 @@ COMMENT ON FUNCTION queue.replay(text, bigint, jsonb)
 CREATE FUNCTION queue.replay_all(queue_name text, error_code text DEFAULT NULL,
                                  since timestamptz DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text := queue._check_name(replay_all.queue_name);
@@ -92,7 +92,7 @@ COMMENT ON FUNCTION queue.replay_all(text, text, timestamptz)
 CREATE FUNCTION queue.review(queue_name text, item_id bigint, review_status text,
                              note text DEFAULT NULL)
 RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text := queue._check_name(review.queue_name);

@@ -4,7 +4,7 @@
 
 CREATE FUNCTION queue.pause(queue_name text, reason text DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text := queue._check_name(pause.queue_name);
@@ -22,7 +22,7 @@ COMMENT ON FUNCTION queue.pause(text, text) IS 'Stops handing out items of a que
 
 CREATE FUNCTION queue.resume(queue_name text)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text := queue._check_name(resume.queue_name);
@@ -56,7 +56,7 @@ COMMENT ON FUNCTION queue.resume(text) IS 'Resumes a paused queue; closes an ope
 -- Validate a worker name argument.
 CREATE FUNCTION queue._check_worker(p_worker text)
 RETURNS text LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 BEGIN
     IF p_worker IS NULL THEN
@@ -75,7 +75,7 @@ COMMENT ON FUNCTION queue._check_worker(text) IS 'Validates a worker name';
 CREATE FUNCTION queue.register_worker(worker text, queues text[] DEFAULT NULL,
                                       capacity int DEFAULT NULL, info jsonb DEFAULT '{}')
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_worker text := queue._check_worker(register_worker.worker);
@@ -102,7 +102,7 @@ COMMENT ON FUNCTION queue.register_worker(text, text[], int, jsonb)
 
 CREATE FUNCTION queue.heartbeat(worker text)
 RETURNS int LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_worker text := queue._check_worker(heartbeat.worker);
@@ -130,7 +130,7 @@ COMMENT ON FUNCTION queue.heartbeat(text)
 
 CREATE FUNCTION queue.drain_worker(worker text)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_worker text := queue._check_worker(drain_worker.worker);
@@ -145,7 +145,7 @@ COMMENT ON FUNCTION queue.drain_worker(text)
 
 CREATE FUNCTION queue.undrain_worker(worker text)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_worker text := queue._check_worker(undrain_worker.worker);
@@ -158,7 +158,7 @@ COMMENT ON FUNCTION queue.undrain_worker(text) IS 'Lets a drained worker claim i
 CREATE FUNCTION queue.add_maintenance(worker text, starts_at timestamptz, ends_at timestamptz,
                                       reason text DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_worker text := queue._check_worker(add_maintenance.worker);
@@ -191,7 +191,7 @@ COMMENT ON FUNCTION queue.add_maintenance(text, timestamptz, timestamptz, text)
 -- last); the items are claimable at once.  Returns how many were recovered.
 CREATE FUNCTION queue._recover_offline(p_queue text)
 RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_cutoff timestamptz := now() - make_interval(secs => queue._worker_offline_after());

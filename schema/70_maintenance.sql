@@ -42,7 +42,7 @@ COMMENT ON FUNCTION queue._say_duration(interval) IS 'A duration as HH:MM:SS, in
 -- Alerts of one queue: raise what holds, clear what no longer does.
 CREATE FUNCTION queue._sweep_alerts(p_queue text)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     c queue.queue_config;
@@ -145,7 +145,7 @@ CREATE FUNCTION queue._sweep_queue(p_queue text,
                                    OUT dead_lettered bigint, OUT expired bigint,
                                    OUT aged bigint, OUT purged bigint)
 RETURNS record LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     c queue.queue_config;
@@ -339,7 +339,7 @@ CREATE FUNCTION queue.sweep()
 RETURNS TABLE (queue_name text, recovered bigint, dead_lettered bigint, expired bigint,
                aged bigint, purged bigint)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text;
@@ -392,7 +392,7 @@ COMMENT ON TABLE queue.metrics_totals IS 'Cumulative processed, failed and dead 
 -- Dead letters of a queue by reason in a time range, as {"reason": n}.
 CREATE FUNCTION queue._dead_by_reason(p_queue text, p_after timestamptz, p_until timestamptz)
 RETURNS jsonb LANGUAGE plpgsql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v jsonb;
@@ -418,7 +418,7 @@ COMMENT ON FUNCTION queue._add_counts(jsonb, jsonb) IS 'Sums two objects of coun
 
 CREATE FUNCTION queue.snapshot_metrics()
 RETURNS int LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text;
@@ -502,7 +502,7 @@ COMMENT ON FUNCTION queue.snapshot_metrics()
 
 CREATE FUNCTION queue._require_pg_cron()
 RETURNS void LANGUAGE plpgsql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 BEGIN
     PERFORM 1 FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_cron';
@@ -521,7 +521,7 @@ COMMENT ON FUNCTION queue._require_pg_cron() IS 'Fails with a hint (55000) unles
 CREATE FUNCTION queue.enable_cron(sweep_schedule text DEFAULT '* * * * *',
                                   metrics_schedule text DEFAULT '* * * * *')
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 BEGIN
     IF enable_cron.sweep_schedule IS NULL OR enable_cron.metrics_schedule IS NULL THEN
@@ -545,7 +545,7 @@ COMMENT ON FUNCTION queue.enable_cron(text, text)
 
 CREATE FUNCTION queue.disable_cron()
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_job bigint;

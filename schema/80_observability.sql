@@ -49,7 +49,7 @@ CREATE FUNCTION queue._stats(p_queue text,
     OUT failed_1h bigint, OUT wait_p50 interval, OUT wait_p95 interval,
     OUT run_p50 interval, OUT run_p95 interval, OUT paused boolean)
 RETURNS record LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_limit bigint := queue._stats_exact_limit();
@@ -182,7 +182,7 @@ COMMENT ON TYPE queue.queue_health IS 'A row of queue.health()';
 CREATE FUNCTION queue.stats(queue_name text DEFAULT NULL)
 RETURNS SETOF queue.queue_stats
 LANGUAGE plpgsql STABLE PARALLEL RESTRICTED SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text;
@@ -210,7 +210,7 @@ COMMENT ON FUNCTION queue.stats(text)
 
 CREATE FUNCTION queue._health(p_queue text, OUT status text, OUT reasons text[])
 RETURNS record LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     c queue.queue_config;
@@ -308,7 +308,7 @@ COMMENT ON FUNCTION queue._health(text) IS 'The health of one queue (no access c
 CREATE FUNCTION queue.health(queue_name text DEFAULT NULL)
 RETURNS SETOF queue.queue_health
 LANGUAGE plpgsql STABLE PARALLEL RESTRICTED SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text;
@@ -351,7 +351,7 @@ COMMENT ON FUNCTION queue._prom_value(numeric) IS 'Formats a Prometheus sample v
 
 CREATE FUNCTION queue.prometheus()
 RETURNS text LANGUAGE plpgsql STABLE PARALLEL RESTRICTED SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_out text;

@@ -40,7 +40,7 @@ $$;
 CREATE FUNCTION queue._grant_target(p_queue text, p_role name, p_access text,
                                     OUT queue_name text, OUT grantee oid)
 RETURNS record LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 BEGIN
     queue_name := queue._check_name(p_queue);
@@ -75,7 +75,7 @@ COMMENT ON FUNCTION queue._grant_target(text, name, text)
 -- A kind of access is closed on a queue while any grant of that kind exists.
 CREATE FUNCTION queue._grant_flags(p_queue text)
 RETURNS void LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 BEGIN
     UPDATE queue.queue_config c
@@ -93,7 +93,7 @@ COMMENT ON FUNCTION queue._grant_flags(text)
 
 CREATE FUNCTION queue.grant_queue(queue_name text, role name, access text)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     t record;
@@ -116,7 +116,7 @@ COMMENT ON FUNCTION queue.grant_queue(text, name, text)
 
 CREATE FUNCTION queue.revoke_queue(queue_name text, role name, access text)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     t record;
