@@ -18,7 +18,8 @@ OBJS = \
 	src/access.o \
 	src/enqueue.o \
 	src/dequeue.o \
-	src/ack.o
+	src/ack.o \
+	src/notify.o
 
 # The install script is assembled from the topic files under schema/, in
 # name order; upgrade scripts queue--X--Y.sql are kept as written.

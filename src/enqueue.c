@@ -12,8 +12,8 @@
  * the keys of recently completed items.
  *
  * With the queue's notify on, NOTIFY queue_<name> is sent with an empty
- * payload; PostgreSQL folds identical notifications of one transaction, so
- * a transaction notifies each queue once however many items it adds.
+ * payload when the transaction commits, once per queue however many items
+ * it adds (notify.c).
  *
  * src/enqueue.c
  *
@@ -22,7 +22,6 @@
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
-#include "commands/async.h"
 #include "common/hashfn.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -172,15 +171,6 @@ queue_log_event(const char *queue_name, char audit, int64 item_id,
 	if (SPI_execute_plan(queue_prepare_cached(&event_plan, EVENT_SQL, 6, argtypes),
 						 values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "queue: recording event failed");
-}
-
-static void
-notify_queue(const char *queue_name)
-{
-	char		channel[NAMEDATALEN];
-
-	snprintf(channel, sizeof(channel), "queue_%s", queue_name);
-	Async_Notify(channel, "");
 }
 
 /*
@@ -351,7 +341,7 @@ queue_enqueue(PG_FUNCTION_ARGS)
 	{
 		queue_log_event(queue_name, cfg.audit, item_id, "enqueued", NULL, 0, NULL);
 		if (cfg.notify)
-			notify_queue(queue_name);
+			queue_notify_on_commit(queue_name);
 	}
 	queue_spi_finish();
 	PG_RETURN_INT64(item_id);
@@ -617,7 +607,7 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 					elog(ERROR, "queue: recording events failed");
 			}
 			if (cfg.notify)
-				notify_queue(queue_name);
+				queue_notify_on_commit(queue_name);
 		}
 	}
 	queue_spi_finish();

@@ -8,10 +8,12 @@
  * with SPI_keepplan; the plan cache revalidates them by itself after DDL on
  * the extension's tables.  Every statement takes its values as parameters.
  *
- * GUCs (both superuser-settable):
+ * GUCs (superuser-settable unless noted):
  *	queue.max_payload_bytes		largest stored payload (pg_column_size)
  *	queue.worker_offline_after	seconds without a sign of life before a
  *								worker counts as offline (accepts units)
+ *	queue.notify_handoff		(user-settable; notify.c) when enqueue
+ *								notifications go through the notifier
  *
  * src/queue.c
  *
@@ -59,6 +61,8 @@ _PG_init(void)
 							PGC_SUSET,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
+
+	queue_notify_init();
 
 	MarkGUCPrefixReserved("queue");
 

@@ -120,4 +120,8 @@ extern void queue_log_event(const char *queue_name, char audit, int64 item_id,
 							int32 attempt, const char *details_json);
 extern bool queue_audit_keeps(char audit, const char *kind);
 
+/* notify.c */
+extern void queue_notify_init(void);
+extern void queue_notify_on_commit(const char *queue_name);
+
 #endif							/* QUEUE_H */

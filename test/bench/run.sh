@@ -48,6 +48,7 @@ DEPTH_CLAIM1=${DEPTH_CLAIM1:-200000}        # pre-fill of the consume-only singl
 DEPTH_CLAIM100=${DEPTH_CLAIM100:-1000000}   # pre-fill of the consume-only claim-100 runs
 PRODCONS_CONSUMERS=${PRODCONS_CONSUMERS:-1} # consumers in *_prodcons (clients 0..n-1), as pgq_cycle has 1
 PRODCONS_BATCH=${PRODCONS_BATCH:-100}
+PRELOAD=${PRELOAD:-pg_cron,queue}          # queue preloaded: notifications of busy producers go via its notifier
 QUEUE_OPTS=${QUEUE_OPTS:-}                  # extra create_queue arguments for 'bq', e.g. "notify => false"
 # backlog part
 LAT_LEVELS=${LAT_LEVELS:-"10000 1000000 10000000"}
@@ -134,7 +135,7 @@ listen_addresses = '127.0.0.1'
 port = $PORT
 unix_socket_directories = '$BASE'
 shared_buffers = 1GB
-shared_preload_libraries = 'pg_cron'
+shared_preload_libraries = '$PRELOAD'
 cron.database_name = '$DB'
 max_connections = 100
 max_wal_size = 4GB            # no WAL-forced checkpoints in the middle of a run

@@ -110,7 +110,7 @@ cat >>"$PGDATA/postgresql.conf" <<EOF
 listen_addresses = ''
 unix_socket_directories = '$DEMO'
 port = $PORT
-shared_preload_libraries = 'pg_cron'
+shared_preload_libraries = 'pg_cron,queue'
 cron.database_name = 'demo'
 cron.use_background_workers = on
 max_worker_processes = 16

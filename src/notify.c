@@ -1,0 +1,556 @@
+/*-------------------------------------------------------------------------
+ *
+ * notify.c
+ *		NOTIFY queue_<name> for committed enqueues, without serialising
+ *		concurrent producers' commits.
+ *
+ * PostgreSQL serialises the commits of all transactions that sent a
+ * notification: PreCommit_Notify takes one cluster-wide lock and holds it
+ * past the commit record's WAL flush.  Notifying from every enqueue would
+ * therefore let only one producer commit at a time, losing group commit.
+ *
+ * Without shared memory (the library not in shared_preload_libraries) the
+ * enqueue notifies in its own transaction, as NOTIFY would.
+ *
+ * With it, the enqueue only remembers the queue.  Before commit, if that
+ * lock is free, the transaction notifies by itself (one producer at a time
+ * costs nothing).  If another transaction holds it, the queue is handed to
+ * a notifier background worker of the database instead: after the commit
+ * is visible the producer marks the queue pending and sets the notifier's
+ * latch, and the notifier sends the NOTIFY from a transaction of its own
+ * with synchronous_commit off (a lost wakeup costs a poll, never an item).
+ * The notifier folds pending queues into one transaction, is started on
+ * demand, one per database, and exits after a short idle time so that it
+ * never keeps DROP DATABASE waiting.
+ *
+ * Either way a listener receives NOTIFY queue_<name> once the enqueue's
+ * transaction is committed, never for a rolled-back one, and at most once
+ * per transaction (notifications of several transactions may fold into
+ * one when they go through the notifier).
+ *
+ * src/notify.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_database.h"
+#include "commands/async.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+#include "queue.h"
+
+#define NOTIFY_MAX_NOTIFIERS	8		/* databases served at once */
+#define NOTIFY_MAX_CHANNELS		512		/* (database, queue) pairs known */
+#define NOTIFY_MAX_LOCAL		64		/* distinct queues per transaction */
+#define NOTIFIER_IDLE_EXIT_MS	2000	/* under DROP DATABASE's 5 s wait */
+#define NOTIFIER_RESTART_MS		10000	/* retry a start that never came up */
+
+/* One notifier background worker, serving one database. */
+typedef struct NotifierSlot
+{
+	Oid			dbid;			/* InvalidOid: slot free */
+	pid_t		pid;			/* 0 until the worker runs */
+	Latch	   *latch;			/* the worker's MyLatch, while it runs */
+	int			reserved;		/* producers between pre-commit and commit */
+	TimestampTz requested;		/* when a start was last requested */
+} NotifierSlot;
+
+/* A queue's channel, and whether a notification is owed on it. */
+typedef struct ChannelSlot
+{
+	Oid			dbid;			/* InvalidOid: slot free */
+	bool		pending;
+	char		name[QUEUE_NAME_MAXLEN + 1];
+} ChannelSlot;
+
+typedef struct NotifyShared
+{
+	slock_t		mutex;			/* protects everything below */
+	NotifierSlot notifiers[NOTIFY_MAX_NOTIFIERS];
+	ChannelSlot channels[NOTIFY_MAX_CHANNELS];
+} NotifyShared;
+
+/* A queue this transaction owes a notification, and how it will be sent. */
+typedef struct LocalPending
+{
+	char		name[QUEUE_NAME_MAXLEN + 1];
+	int			nestlevel;		/* subtransaction that added it */
+	int			channel;		/* ChannelSlot index once handed over */
+} LocalPending;
+
+void		queue_notifier_main(Datum main_arg);
+
+/* queue.notify_handoff */
+typedef enum
+{
+	NOTIFY_HANDOFF_AUTO,		/* hand over only while the lock is busy */
+	NOTIFY_HANDOFF_ALWAYS,		/* hand over whenever a notifier runs */
+	NOTIFY_HANDOFF_NEVER		/* always notify in the transaction */
+} NotifyHandoff;
+
+static const struct config_enum_entry notify_handoff_options[] = {
+	{"auto", NOTIFY_HANDOFF_AUTO, false},
+	{"always", NOTIFY_HANDOFF_ALWAYS, false},
+	{"never", NOTIFY_HANDOFF_NEVER, false},
+	{NULL, 0, false}
+};
+
+static int	notify_handoff = NOTIFY_HANDOFF_AUTO;
+static NotifyShared *notify_shared = NULL;
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static LocalPending local_pending[NOTIFY_MAX_LOCAL];
+static int	local_count = 0;
+static int	local_notifier = -1;	/* NotifierSlot reserved at pre-commit */
+static bool callbacks_registered = false;
+
+static void
+notify_channel(const char *queue_name)
+{
+	char		channel[NAMEDATALEN];
+
+	snprintf(channel, sizeof(channel), "queue_%s", queue_name);
+	Async_Notify(channel, "");
+}
+
+static void
+notify_local_now(void)
+{
+	for (int i = 0; i < local_count; i++)
+		notify_channel(local_pending[i].name);
+	local_count = 0;
+}
+
+/*
+ * Is the lock that serialises notifying commits free?  If so it is now
+ * ours, as PreCommit_Notify would take it a moment later anyway.
+ */
+static bool
+notify_lock_free(void)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_OBJECT(tag, InvalidOid, DatabaseRelationId, InvalidOid, 0);
+	return LockAcquire(&tag, AccessExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+static void
+request_notifier_start(void)
+{
+	BackgroundWorker worker;
+	BackgroundWorkerHandle *handle;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "queue");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "queue_notifier_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "queue notifier for database %u", MyDatabaseId);
+	snprintf(worker.bgw_type, BGW_MAXLEN, "queue notifier");
+	worker.bgw_main_arg = ObjectIdGetDatum(MyDatabaseId);
+	worker.bgw_notify_pid = 0;
+
+	/* no free worker slot: notify directly until one is */
+	(void) RegisterDynamicBackgroundWorker(&worker, &handle);
+}
+
+/*
+ * Hand this transaction's queues to the database's notifier.  Returns false
+ * (nothing reserved) when there is no running notifier or no channel slot,
+ * and the caller notifies directly.
+ */
+static bool
+hand_over_to_notifier(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	int			notifier = -1;
+	int			free_notifier = -1;
+	bool		start = false;
+	bool		ok = true;
+
+	SpinLockAcquire(&notify_shared->mutex);
+	for (int i = 0; i < NOTIFY_MAX_NOTIFIERS; i++)
+	{
+		NotifierSlot *n = &notify_shared->notifiers[i];
+
+		if (n->dbid == MyDatabaseId)
+			notifier = i;
+		else if (n->dbid == InvalidOid && free_notifier < 0)
+			free_notifier = i;
+	}
+	if (notifier < 0)
+	{
+		if (free_notifier >= 0)
+		{
+			notify_shared->notifiers[free_notifier].dbid = MyDatabaseId;
+			notify_shared->notifiers[free_notifier].pid = 0;
+			notify_shared->notifiers[free_notifier].latch = NULL;
+			notify_shared->notifiers[free_notifier].reserved = 0;
+			notify_shared->notifiers[free_notifier].requested = now;
+			start = true;
+		}
+		ok = false;
+	}
+	else if (notify_shared->notifiers[notifier].pid == 0)
+	{
+		NotifierSlot *n = &notify_shared->notifiers[notifier];
+
+		if (TimestampDifferenceExceeds(n->requested, now, NOTIFIER_RESTART_MS))
+		{
+			n->requested = now;
+			start = true;
+		}
+		ok = false;
+	}
+
+	/* find or claim a channel slot for every queue */
+	for (int i = 0; ok && i < local_count; i++)
+	{
+		int			found = -1;
+		int			free_slot = -1;
+
+		for (int c = 0; c < NOTIFY_MAX_CHANNELS; c++)
+		{
+			ChannelSlot *ch = &notify_shared->channels[c];
+
+			if (ch->dbid == MyDatabaseId && strcmp(ch->name, local_pending[i].name) == 0)
+			{
+				found = c;
+				break;
+			}
+			if (ch->dbid == InvalidOid && free_slot < 0)
+				free_slot = c;
+		}
+		if (found < 0 && free_slot >= 0)
+		{
+			ChannelSlot *ch = &notify_shared->channels[free_slot];
+
+			ch->dbid = MyDatabaseId;
+			ch->pending = false;
+			strlcpy(ch->name, local_pending[i].name, sizeof(ch->name));
+			found = free_slot;
+		}
+		if (found < 0)
+			ok = false;
+		local_pending[i].channel = found;
+	}
+	if (ok)
+	{
+		notify_shared->notifiers[notifier].reserved++;
+		local_notifier = notifier;
+	}
+	SpinLockRelease(&notify_shared->mutex);
+
+	if (start)
+		request_notifier_start();
+	return ok;
+}
+
+/* After commit: mark the queues pending and wake the notifier. */
+static void
+release_to_notifier(bool committed)
+{
+	Latch	   *latch = NULL;
+
+	SpinLockAcquire(&notify_shared->mutex);
+	if (committed)
+		for (int i = 0; i < local_count; i++)
+			notify_shared->channels[local_pending[i].channel].pending = true;
+	notify_shared->notifiers[local_notifier].reserved--;
+	if (committed)
+		latch = notify_shared->notifiers[local_notifier].latch;
+	SpinLockRelease(&notify_shared->mutex);
+
+	if (latch)
+		SetLatch(latch);
+	local_notifier = -1;
+	local_count = 0;
+}
+
+static void
+notify_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			if (local_count == 0)
+				break;
+			if (notify_handoff == NOTIFY_HANDOFF_NEVER ||
+				(notify_handoff == NOTIFY_HANDOFF_AUTO && notify_lock_free()) ||
+				!hand_over_to_notifier())
+				notify_local_now();
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			/* PostgreSQL refuses to PREPARE after NOTIFY: let it say so */
+			notify_local_now();
+			break;
+		case XACT_EVENT_COMMIT:
+			if (local_notifier >= 0)
+				release_to_notifier(true);
+			local_count = 0;
+			break;
+		case XACT_EVENT_ABORT:
+			if (local_notifier >= 0)
+				release_to_notifier(false);
+			local_count = 0;
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+notify_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						SubTransactionId parentSubid, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+	int			kept = 0;
+
+	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
+		return;
+	for (int i = 0; i < local_count; i++)
+	{
+		if (local_pending[i].nestlevel >= level)
+		{
+			if (event == SUBXACT_EVENT_ABORT_SUB)
+				continue;		/* the enqueue was rolled back */
+			local_pending[i].nestlevel = level - 1;
+		}
+		local_pending[kept++] = local_pending[i];
+	}
+	local_count = kept;
+}
+
+/*
+ * queue_notify_on_commit
+ *		Have NOTIFY queue_<name> sent when this transaction commits.
+ */
+void
+queue_notify_on_commit(const char *queue_name)
+{
+	int			level;
+
+	if (notify_shared == NULL)
+	{
+		notify_channel(queue_name);
+		return;
+	}
+
+	level = GetCurrentTransactionNestLevel();
+	for (int i = 0; i < local_count; i++)
+		if (strcmp(local_pending[i].name, queue_name) == 0 &&
+			local_pending[i].nestlevel <= level)
+			return;
+
+	if (local_count >= NOTIFY_MAX_LOCAL)
+	{
+		/* many queues in one transaction: the plain path is fine */
+		notify_channel(queue_name);
+		return;
+	}
+	if (!callbacks_registered)
+	{
+		RegisterXactCallback(notify_xact_callback, NULL);
+		RegisterSubXactCallback(notify_subxact_callback, NULL);
+		callbacks_registered = true;
+	}
+	strlcpy(local_pending[local_count].name, queue_name, sizeof(local_pending[0].name));
+	local_pending[local_count].nestlevel = level;
+	local_pending[local_count].channel = -1;
+	local_count++;
+}
+
+/* Free a notifier's slot and its database's channels; mutex held. */
+static void
+notifier_release_locked(int slot)
+{
+	NotifierSlot *n = &notify_shared->notifiers[slot];
+
+	for (int c = 0; c < NOTIFY_MAX_CHANNELS; c++)
+		if (notify_shared->channels[c].dbid == n->dbid)
+			notify_shared->channels[c].dbid = InvalidOid;
+	n->dbid = InvalidOid;
+	n->pid = 0;
+	n->latch = NULL;
+}
+
+/*
+ * The notifier's exit on an error or a signal: free its slot unless the
+ * idle exit already did (the slot may serve a new notifier by now).
+ * Notifications still pending are lost; listeners' polls cover them.
+ */
+static void
+notifier_detach(int code, Datum arg)
+{
+	int			slot = DatumGetInt32(arg);
+
+	SpinLockAcquire(&notify_shared->mutex);
+	if (notify_shared->notifiers[slot].pid == MyProcPid)
+		notifier_release_locked(slot);
+	SpinLockRelease(&notify_shared->mutex);
+}
+
+/*
+ * queue_notifier_main
+ *		Background worker: send the notifications producers handed over
+ *		for one database, then exit once idle.
+ */
+void
+queue_notifier_main(Datum main_arg)
+{
+	Oid			dbid = DatumGetObjectId(main_arg);
+	int			slot = -1;
+	TimestampTz last_work;
+	char		names[NOTIFY_MAX_CHANNELS][QUEUE_NAME_MAXLEN + 1];
+
+	pqsignal(SIGTERM, die);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	BackgroundWorkerUnblockSignals();
+
+	if (notify_shared == NULL)
+		proc_exit(0);
+
+	SpinLockAcquire(&notify_shared->mutex);
+	for (int i = 0; i < NOTIFY_MAX_NOTIFIERS; i++)
+		if (notify_shared->notifiers[i].dbid == dbid &&
+			notify_shared->notifiers[i].pid == 0)
+		{
+			slot = i;
+			notify_shared->notifiers[i].pid = MyProcPid;
+			notify_shared->notifiers[i].latch = MyLatch;
+			break;
+		}
+	SpinLockRelease(&notify_shared->mutex);
+	if (slot < 0)
+		proc_exit(0);			/* another notifier already serves it */
+
+	before_shmem_exit(notifier_detach, Int32GetDatum(slot));
+	BackgroundWorkerInitializeConnectionByOid(dbid, InvalidOid, 0);
+	pgstat_report_appname("queue notifier");
+
+	/* a notification is a wake-up call, not data: never wait for a flush */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+
+	last_work = GetCurrentTimestamp();
+	for (;;)
+	{
+		int			n = 0;
+		bool		idle_exit = false;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		SpinLockAcquire(&notify_shared->mutex);
+		for (int c = 0; c < NOTIFY_MAX_CHANNELS; c++)
+		{
+			ChannelSlot *ch = &notify_shared->channels[c];
+
+			if (ch->dbid == dbid && ch->pending)
+			{
+				ch->pending = false;
+				strlcpy(names[n++], ch->name, sizeof(names[0]));
+			}
+		}
+		if (n == 0 && notify_shared->notifiers[slot].reserved == 0 &&
+			TimestampDifferenceExceeds(last_work, GetCurrentTimestamp(),
+									   NOTIFIER_IDLE_EXIT_MS))
+		{
+			/* leave under the lock, so no producer hands over to us now */
+			notifier_release_locked(slot);
+			idle_exit = true;
+		}
+		SpinLockRelease(&notify_shared->mutex);
+
+		if (idle_exit)
+			proc_exit(0);
+
+		if (n > 0)
+		{
+			SetCurrentStatementStartTimestamp();
+			StartTransactionCommand();
+			for (int i = 0; i < n; i++)
+				notify_channel(names[i]);
+			CommitTransactionCommand();
+			pgstat_report_activity(STATE_IDLE, NULL);
+			last_work = GetCurrentTimestamp();
+			continue;			/* more may have arrived meanwhile */
+		}
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 NOTIFIER_IDLE_EXIT_MS / 2, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+static void
+notify_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(MAXALIGN(sizeof(NotifyShared)));
+}
+
+static void
+notify_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	notify_shared = ShmemInitStruct("queue notify", sizeof(NotifyShared), &found);
+	if (!found)
+	{
+		memset(notify_shared, 0, sizeof(NotifyShared));
+		SpinLockInit(&notify_shared->mutex);
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/*
+ * queue_notify_init
+ *		From _PG_init: the GUC, and the shared state when preloaded.
+ */
+void
+queue_notify_init(void)
+{
+	DefineCustomEnumVariable("queue.notify_handoff",
+							 "When enqueue notifications go through the notifier worker.",
+							 "auto: only while another transaction holds the notify lock; "
+							 "always: whenever a notifier runs; never: in the enqueuing transaction. "
+							 "Without queue in shared_preload_libraries it is always never.",
+							 &notify_handoff,
+							 NOTIFY_HANDOFF_AUTO,
+							 notify_handoff_options,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = notify_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = notify_shmem_startup;
+}
