@@ -19,7 +19,8 @@ OBJS = \
 	src/enqueue.o \
 	src/dequeue.o \
 	src/ack.o \
-	src/notify.o
+	src/notify.o \
+	src/estimate.o
 
 # The install script is assembled from the topic files under schema/, in
 # name order; upgrade scripts queue--X--Y.sql are kept as written.

@@ -16,31 +16,37 @@
 --   * processing comes from the partial worker index (leases only).
 --     (The LIMIT inside each lateral subquery keeps it from being
 --     flattened into a join that the planner may run as a sequential scan.)
---   * Each of queued, scheduled and on_hold is counted exactly up to
---     queue._stats_exact_limit() rows; past that the count is estimated
---     from a page sample of item_live (TABLESAMPLE SYSTEM, about
---     500 pages) and reported as at least the limit.
---   * processed_1h is exact up to the same limit, then extrapolated from
---     the time the newest limit completions took; the percentiles use the
---     newest 10,000 completions of the last hour (index on queue_name,
---     completed_at).  failed_1h and dead are index-only counts of the
---     failure_log and the open dead letters.
+--   * Each of queued, scheduled, on_hold and processed_1h is counted
+--     exactly (MVCC) up to queue._stats_exact_limit() rows.  Past that the
+--     range is counted from the index's structure (estimate.c): the
+--     level-1 pages list the range's leaf pages, and their entries are
+--     counted, or sampled when there are more than 100 leaves.  That count
+--     includes entries of rows deleted but not yet vacuumed and of
+--     uncommitted inserts, and is never reported below the limit.
+--   * The percentiles use the newest 1,000 completions of the last hour
+--     (index on queue_name, completed_at).  failed_1h and dead are
+--     index-only counts of the failure_log and the open dead letters.
 --
--- Measured (PostgreSQL 15, 2 vCPU, warm cache, pgbench -n -T 10 -c 1 -f
--- with SELECT * FROM queue.stats('big')): 85 ms per call on a queue of
--- 10,010,000 live items (9.4 M claimable, 0.5 M scheduled, 0.1 M on hold)
--- with 360,000 rows of history; 0.6 ms on an empty queue beside it; a
--- plain count(*) of the claimable rows alone took 7.6 s.  The page sample
--- is unbiased but noisy where a state's rows sit together in few pages:
--- over repeated calls queued came within 10 %, scheduled within 30 %, and
--- a block of 100,000 held items within 70 % (never reported below the
--- exact limit).  health() costs about as much as stats(); prometheus()
--- 135 ms; counts below the limit are exact.
+-- Measured: see README, Performance.
 
 -- Above this many rows a state's count is estimated.
 CREATE FUNCTION queue._stats_exact_limit() RETURNS bigint
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS 'SELECT 50000::bigint';
-COMMENT ON FUNCTION queue._stats_exact_limit() IS 'Counts in stats() are exact up to this many rows, estimated above';
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS 'SELECT 1000::bigint';
+COMMENT ON FUNCTION queue._stats_exact_limit() IS 'Counts in stats() are exact up to this many rows, counted from the index structure above';
+
+-- Range counts from the index structure (src/estimate.c).
+CREATE FUNCTION queue._claim_range_estimate(queue_name text, priority int,
+    lo timestamptz, lo_inclusive boolean, hi timestamptz, hi_inclusive boolean)
+RETURNS bigint LANGUAGE c STRICT STABLE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'queue_claim_range_estimate';
+COMMENT ON FUNCTION queue._claim_range_estimate(text, int, timestamptz, boolean, timestamptz, boolean)
+    IS 'Claim-index entries of one queue and priority with visible_at between lo and hi';
+
+CREATE FUNCTION queue._done_since_estimate(queue_name text, since timestamptz)
+RETURNS bigint LANGUAGE c STRICT STABLE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'queue_done_since_estimate';
+COMMENT ON FUNCTION queue._done_since_estimate(text, timestamptz)
+    IS 'History-index entries of one queue completed after since';
 
 -- The stats of one queue, without access checks.
 CREATE FUNCTION queue._stats(p_queue text,
@@ -53,14 +59,10 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_limit bigint := queue._stats_exact_limit();
-    v_recent int := 10000;           -- completions behind the percentiles
-    v_sample_pages float8 := 500;    -- pages read by an estimate
+    v_recent int := 1000;            -- completions behind the percentiles
     v_now timestamptz := now();
     v_prios int[];
     v_between bigint;
-    v_t timestamptz;
-    v_pct float8;
-    e record;
 BEGIN
     SELECT c.paused INTO paused FROM queue.queue_config c WHERE c.queue_name = p_queue;
 
@@ -106,27 +108,21 @@ BEGIN
                               LIMIT v_limit) x
          LIMIT v_limit) y;
 
-    IF queued >= v_limit OR scheduled >= v_limit OR on_hold >= v_limit THEN
-        -- estimate from a page sample of the table, never below the limit
-        v_pct := least(100, 100 * v_sample_pages
-                            / greatest(1, pg_relation_size('queue.item_live'::regclass)
-                                          / current_setting('block_size')::int));
-        SELECT count(*) FILTER (WHERE i.visible_at <= v_now) AS q,
-               count(*) FILTER (WHERE i.visible_at > v_now AND i.visible_at < 'infinity'
-                                  AND NOT (i.worker IS NOT NULL AND i.lease_expires_at > v_now)) AS s,
-               count(*) FILTER (WHERE i.visible_at = 'infinity') AS h
-          INTO e
-          FROM queue.item_live AS i TABLESAMPLE SYSTEM (v_pct)
-         WHERE i.queue_name = p_queue;
-        IF queued >= v_limit THEN
-            queued := greatest(v_limit, round(e.q * 100 / v_pct)::bigint);
-        END IF;
-        IF scheduled >= v_limit THEN
-            scheduled := greatest(v_limit, round(e.s * 100 / v_pct)::bigint);
-        END IF;
-        IF on_hold >= v_limit THEN
-            on_hold := greatest(v_limit, round(e.h * 100 / v_pct)::bigint);
-        END IF;
+    -- past the limit, count the ranges from the index structure
+    IF queued >= v_limit THEN
+        SELECT greatest(v_limit, sum(queue._claim_range_estimate(p_queue, u.p,
+                                     '-infinity', true, v_now, true)))
+          INTO queued FROM unnest(v_prios) AS u(p);
+    END IF;
+    IF scheduled >= v_limit THEN
+        SELECT greatest(v_limit, sum(queue._claim_range_estimate(p_queue, u.p,
+                                     v_now, false, 'infinity', false)) - processing)
+          INTO scheduled FROM unnest(v_prios) AS u(p);
+    END IF;
+    IF on_hold >= v_limit THEN
+        SELECT greatest(v_limit, sum(queue._claim_range_estimate(p_queue, u.p,
+                                     'infinity', true, 'infinity', true)))
+          INTO on_hold FROM unnest(v_prios) AS u(p);
     END IF;
 
     -- claimable the longest: the first claimable entry of each priority
@@ -143,17 +139,13 @@ BEGIN
     SELECT count(*) INTO failed_1h FROM queue.failure_log f
      WHERE f.queue_name = p_queue AND f.at > v_now - interval '1 hour';
 
-    -- the limit-th newest completion of the hour, if there are that many
-    SELECT d.completed_at INTO v_t FROM queue.item_done d
-     WHERE d.queue_name = p_queue AND d.completed_at > v_now - interval '1 hour'
-     ORDER BY d.completed_at DESC OFFSET v_limit - 1 LIMIT 1;
-    IF v_t IS NULL THEN
-        SELECT count(*) INTO processed_1h FROM queue.item_done d
-         WHERE d.queue_name = p_queue AND d.completed_at > v_now - interval '1 hour';
-    ELSE
+    SELECT count(*) INTO processed_1h FROM (
+        SELECT 1 FROM queue.item_done d
+         WHERE d.queue_name = p_queue AND d.completed_at > v_now - interval '1 hour'
+         LIMIT v_limit) x;
+    IF processed_1h >= v_limit THEN
         processed_1h := greatest(v_limit,
-                                 round(v_limit * 3600
-                                       / greatest(extract(epoch FROM v_now - v_t), 0.001))::bigint);
+                                 queue._done_since_estimate(p_queue, v_now - interval '1 hour'));
     END IF;
 
     SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY r.claimed_at - r.enqueued_at),

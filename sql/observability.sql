@@ -69,8 +69,8 @@ SELECT queue_name, queued FROM queue.stats() WHERE queue_name LIKE 'o\_%' ORDER 
 SELECT * FROM queue.stats('Bad Name');
 SELECT * FROM queue.stats('o_missing');
 
--- case: above queue._stats_exact_limit() rows a count is estimated from a page
--- sample (exact here: a small table is sampled whole) and never below the limit
+-- case: above queue._stats_exact_limit() rows a count comes from the index
+-- structure (exact here: few leaf pages are all read) and never below the limit
 SELECT queue.create_queue('o_big');
 SELECT count(*) FROM queue.enqueue_batch('o_big', array_fill('{}'::jsonb, ARRAY[30]));
 SELECT count(*) FROM queue.enqueue_batch('o_big', array_fill('{}'::jsonb, ARRAY[12]), run_at => now() + interval '1 h');
