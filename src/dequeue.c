@@ -39,9 +39,12 @@
 #include "common/pg_prng.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "catalog/namespace.h"
 #include "miscadmin.h"
+#include "pgstat.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 #include "queue.h"
@@ -51,10 +54,44 @@ PG_FUNCTION_INFO_V1(queue_dequeue);
 /* Columns of the result, as declared in SQL. */
 #define DEQUEUE_NCOLS 11
 
+/*
+ * Claim hints.  A claim leaves an index entry of each row's old version at
+ * the head of the claim index (visible_at changed), and a completion one
+ * further on.  Normally later scans mark them dead and vacuum removes
+ * them; while a snapshot older than them is held open (a long report, a
+ * replica with hot_standby_feedback) neither can happen, and every claim
+ * would step over all of them from the head.  So a claim whose index scan
+ * returned more than queue.claim_hint_threshold entries beyond what it
+ * claimed makes this backend start its next claims on that queue where it
+ * found its first row (its priority and visible_at), for CLAIM_HINT_USECS.
+ * Rows before that point (another session's claim rolled back, an older
+ * run_at, a higher priority) are collected by a claim from the head at
+ * least every CLAIM_HINT_REFRESH_USECS, which also re-measures, and
+ * whenever a hinted claim comes back short.  Only a backend that measured
+ * such a head ever claims out of strict order, and for at most that long.
+ */
+#define CLAIM_HINT_SLOTS			8
+#define CLAIM_HINT_USECS			(10 * USECS_PER_SEC)
+#define CLAIM_HINT_REFRESH_USECS	(1 * USECS_PER_SEC)
+
+typedef struct ClaimHint
+{
+	char		queue[QUEUE_NAME_MAXLEN + 1];	/* "" = free slot */
+	int32		priority;		/* where the last claim found its rows */
+	TimestampTz visible_at;
+	TimestampTz until;			/* claim from there until then */
+	TimestampTz next_full;		/* next claim from the head */
+} ClaimHint;
+
+static ClaimHint claim_hints[CLAIM_HINT_SLOTS];
+
+int			queue_claim_hint_threshold = QUEUE_DEFAULT_CLAIM_HINT_THRESHOLD;
+
 /* last_seen is refreshed at most this often by dequeue. */
 #define LAST_SEEN_REFRESH_USECS (5 * USECS_PER_SEC)
 
 static SPIPlanPtr claim_plan = NULL;
+static SPIPlanPtr hinted_claim_plan = NULL;
 static SPIPlanPtr register_plan = NULL;
 static SPIPlanPtr seen_plan = NULL;
 static SPIPlanPtr worker_lock_plan = NULL;
@@ -68,7 +105,7 @@ static SPIPlanPtr bury_plan = NULL;
 static SPIPlanPtr lost_plan = NULL;
 static SPIPlanPtr claimed_event_plan = NULL;
 
-#define CLAIM_SQL \
+#define CLAIM_SQL_WITH(start) \
 	"WITH cand AS MATERIALIZED (" \
 	"  SELECT i.item_id, i.priority AS prio, i.visible_at AS since, " \
 	"         i.lease_token IS NOT NULL AS lost, " \
@@ -77,6 +114,7 @@ static SPIPlanPtr claimed_event_plan = NULL;
 	"    FROM queue.item_live i " \
 	"   WHERE i.queue_name" OP("=") "$1 " \
 	"     AND i.visible_at" OP("<=") "pg_catalog.now() " \
+	start \
 	"   ORDER BY i.priority, i.visible_at, i.item_id " \
 	"   LIMIT $2 " \
 	"   FOR UPDATE SKIP LOCKED), " \
@@ -106,6 +144,13 @@ static SPIPlanPtr claimed_event_plan = NULL;
 	"       c.prio, c.since, c.lost, CASE WHEN c.expired THEN 1 ELSE 2 END " \
 	"  FROM cand c WHERE c.expired OR c.spent " \
 	"ORDER BY 12, 13, 1"
+
+/* From the head of the claim index. */
+#define CLAIM_SQL CLAIM_SQL_WITH("")
+
+/* From where this backend last found claimable rows (see claim hints). */
+#define HINTED_CLAIM_SQL \
+	CLAIM_SQL_WITH("     AND ROW(i.priority, i.visible_at)" OP(">=") "ROW($6, $7) ")
 
 #define REGISTER_SQL \
 	"INSERT INTO queue.worker_registry (worker) VALUES ($1) ON CONFLICT (worker) DO NOTHING"
@@ -251,6 +296,38 @@ worker_allowance(Datum worker)
 	return -1;
 }
 
+/* The queue's hint slot, or NULL; with create, a slot taken for it. */
+static ClaimHint *
+claim_hint_slot(const char *queue, bool create)
+{
+	ClaimHint  *oldest = &claim_hints[0];
+
+	for (int i = 0; i < CLAIM_HINT_SLOTS; i++)
+	{
+		if (strcmp(claim_hints[i].queue, queue) == 0)
+			return &claim_hints[i];
+		if (claim_hints[i].until < oldest->until)
+			oldest = &claim_hints[i];
+	}
+	if (!create)
+		return NULL;
+	memset(oldest, 0, sizeof(ClaimHint));
+	strlcpy(oldest->queue, queue, sizeof(oldest->queue));
+	return oldest;
+}
+
+/* Entries the claim index returned to scans of this backend, so far. */
+static int64
+claim_index_entries(Oid indexoid)
+{
+	PgStat_TableStatus *ts;
+
+	if (!OidIsValid(indexoid))
+		return 0;
+	ts = find_tabstat_entry(indexoid);
+	return ts ? ts->t_counts.t_tuples_returned : 0;
+}
+
 /* What claim_items needs of its dequeue call. */
 typedef struct ClaimContext
 {
@@ -260,6 +337,8 @@ typedef struct ClaimContext
 	Interval   *lease;			/* lease of each claim */
 	char		audit;			/* queue's audit level */
 	bool		is_probe;		/* the claim is the breaker's probe */
+	const char *queue;			/* queue name (C string) */
+	Oid			claim_index;	/* item_live_claim_idx, for the hint */
 	int64		probe_id;		/* out: the probe item */
 	TimestampTz probe_expiry;	/* out: its lease's end */
 } ClaimContext;
@@ -277,9 +356,10 @@ claim_items(ClaimContext *ctx, int64 limit, int stripe)
 
 	for (;;)
 	{
-		Oid			argtypes[5] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, INT2OID};
-		Datum		values[5];
-		char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+		Oid			argtypes[7] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, INT2OID,
+		INT4OID, TIMESTAMPTZOID};
+		Datum		values[7];
+		char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 		int			njunk = 0;
 		int			nok = 0;
 		Datum	   *lost_ids = NULL;
@@ -288,6 +368,10 @@ claim_items(ClaimContext *ctx, int64 limit, int stripe)
 		Datum	   *ev_attempts = NULL;
 		SPITupleTable *tuptable;
 		uint64		nrows;
+		ClaimHint  *hint = claim_hint_slot(ctx->queue, false);
+		TimestampTz now = GetCurrentTimestamp();
+		bool		hinted = hint != NULL && now < hint->until && now < hint->next_full;
+		int64		entries_before = claim_index_entries(ctx->claim_index);
 
 		CHECK_FOR_INTERRUPTS();
 		values[0] = ctx->qname;
@@ -297,13 +381,49 @@ claim_items(ClaimContext *ctx, int64 limit, int stripe)
 		values[4] = Int16GetDatum((int16) Max(stripe, 0));
 		if (stripe < 0)
 			nulls[4] = 'n';
-		if (SPI_execute_plan(queue_prepare_cached(&claim_plan, CLAIM_SQL, 5, argtypes),
-							 values, nulls, false, 0) != SPI_OK_SELECT)
+		if (hinted)
+		{
+			values[5] = Int32GetDatum(hint->priority);
+			values[6] = TimestampTzGetDatum(hint->visible_at);
+			if (SPI_execute_plan(queue_prepare_cached(&hinted_claim_plan, HINTED_CLAIM_SQL,
+													  7, argtypes),
+								 values, nulls, false, 0) != SPI_OK_SELECT)
+				elog(ERROR, "queue: claim failed");
+		}
+		else if (SPI_execute_plan(queue_prepare_cached(&claim_plan, CLAIM_SQL, 5, argtypes),
+								  values, nulls, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "queue: claim failed");
 		tuptable = SPI_tuptable;
 		nrows = SPI_processed;
+
+		/* measure the scan and move the hint (see claim hints above) */
+		if (!hinted && queue_claim_hint_threshold >= 0 &&
+			claim_index_entries(ctx->claim_index) - entries_before >
+			(int64) nrows + queue_claim_hint_threshold)
+		{
+			hint = claim_hint_slot(ctx->queue, true);
+			hint->until = now + CLAIM_HINT_USECS;
+		}
+		if (hint != NULL && !hinted)
+			hint->next_full = now + CLAIM_HINT_REFRESH_USECS;
+		if (hint != NULL && nrows > 0)
+		{
+			bool		isnull;
+
+			hint->priority = DatumGetInt32(SPI_getbinval(tuptable->vals[0], tuptable->tupdesc, 12, &isnull));
+			hint->visible_at = DatumGetTimestampTz(SPI_getbinval(tuptable->vals[0], tuptable->tupdesc, 13, &isnull));
+		}
+
 		if (nrows == 0)
+		{
+			/* a short hinted claim looks from the head next */
+			if (hinted)
+			{
+				hint->next_full = 0;
+				continue;
+			}
 			break;
+		}
 
 		lost_ids = palloc(sizeof(Datum) * nrows);
 		ev_ids = palloc(sizeof(Datum) * nrows);
@@ -380,9 +500,16 @@ claim_items(ClaimContext *ctx, int64 limit, int stripe)
 				elog(ERROR, "queue: recording events failed");
 		}
 
-		/* Only buried rows cost us part of the batch: claim again for them. */
-		if (njunk == 0 || nclaimed >= limit)
+		/* Buried rows cost us part of the batch: claim again for them. */
+		if (nclaimed >= limit)
 			break;
+		if (njunk == 0)
+		{
+			/* a short hinted claim looks from the head for the rest */
+			if (!hinted)
+				break;
+			hint->next_full = 0;
+		}
 	}
 
 	return nclaimed;
@@ -483,6 +610,9 @@ queue_dequeue(PG_FUNCTION_ARGS)
 	ctx.lease = &lease;
 	ctx.audit = cfg.audit;
 	ctx.is_probe = is_probe;
+	ctx.queue = queue_name;
+	ctx.claim_index = get_relname_relid("item_live_claim_idx",
+										get_namespace_oid("queue", false));
 	ctx.probe_id = 0;
 	ctx.probe_expiry = 0;
 

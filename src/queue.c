@@ -14,6 +14,9 @@
  *								worker counts as offline (accepts units)
  *	queue.notify_handoff		(user-settable; notify.c) when enqueue
  *								notifications go through the notifier
+ *	queue.claim_hint_threshold	(user-settable; dequeue.c) index entries a
+ *								claim may step over before the next ones
+ *								skip the claim index's head
  *
  * src/queue.c
  *
@@ -60,6 +63,17 @@ _PG_init(void)
 							1, INT_MAX,
 							PGC_SUSET,
 							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("queue.claim_hint_threshold",
+							"Index entries a claim may step over before dequeue skips the claim index's head.",
+							"Past it, this session's next claims of the queue start where the last one "
+							"found its rows, with a claim from the head every second; -1 never skips.",
+							&queue_claim_hint_threshold,
+							QUEUE_DEFAULT_CLAIM_HINT_THRESHOLD,
+							-1, INT_MAX,
+							PGC_USERSET,
+							0,
 							NULL, NULL, NULL);
 
 	queue_notify_init();

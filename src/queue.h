@@ -39,6 +39,7 @@
 /* GUC defaults. */
 #define QUEUE_DEFAULT_MAX_PAYLOAD_BYTES		1048576
 #define QUEUE_DEFAULT_WORKER_OFFLINE_AFTER	120
+#define QUEUE_DEFAULT_CLAIM_HINT_THRESHOLD	200
 
 /* Access kinds of the per-queue grants. */
 typedef enum QueueAccess
@@ -92,6 +93,7 @@ typedef struct QueueWorkerGates
 /* queue.c */
 extern int	queue_max_payload_bytes;
 extern int	queue_worker_offline_after;
+extern int	queue_claim_hint_threshold;
 extern SPIPlanPtr queue_prepare_cached(SPIPlanPtr *slot, const char *sql,
 									   int nargs, Oid *argtypes);
 extern void queue_spi_connect(void);
