@@ -42,21 +42,33 @@ PG_FUNCTION_INFO_V1(queue_enqueue_batch);
 #define DEDUP_RETRIES 10
 
 static SPIPlanPtr insert_plan = NULL;
+static SPIPlanPtr plain_insert_plan = NULL;
 static SPIPlanPtr holder_plan = NULL;
 static SPIPlanPtr window_plan = NULL;
 static SPIPlanPtr event_plan = NULL;
 static SPIPlanPtr ids_plan = NULL;
 static SPIPlanPtr batch_insert_plan = NULL;
+static SPIPlanPtr plain_batch_insert_plan = NULL;
 static SPIPlanPtr batch_holder_plan = NULL;
 static SPIPlanPtr batch_window_plan = NULL;
 static SPIPlanPtr batch_event_plan = NULL;
 
-#define INSERT_SQL \
+/*
+ * Without a dedup key the insert cannot conflict: it skips ON CONFLICT and
+ * so PostgreSQL's speculative insertion (a token, and a second WAL record
+ * to confirm the tuple).
+ */
+#define ON_CONFLICT_SQL \
+	"ON CONFLICT (queue_name, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING "
+
+#define INSERT_SQL_WITH(conflict) \
 	"INSERT INTO queue.item_live (queue_name, priority, visible_at, base_priority, run_at, " \
 	"       max_attempts, expires_at, dedup_key, correlation_id, payload) " \
 	"VALUES ($1, $2, greatest($3, pg_catalog.now()), $2, $3, $4, $5, $6, $7, $8) " \
-	"ON CONFLICT (queue_name, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING " \
+	conflict \
 	"RETURNING item_id"
+#define INSERT_SQL INSERT_SQL_WITH(ON_CONFLICT_SQL)
+#define PLAIN_INSERT_SQL INSERT_SQL_WITH("")
 
 #define HOLDER_SQL \
 	"SELECT item_id FROM queue.item_live " \
@@ -75,15 +87,17 @@ static SPIPlanPtr batch_event_plan = NULL;
 	"SELECT pg_catalog.array_agg(pg_catalog.nextval('queue.item_id_seq'::pg_catalog.regclass)) " \
 	"  FROM pg_catalog.generate_series(1, $1)"
 
-#define BATCH_INSERT_SQL \
+#define BATCH_INSERT_SQL_WITH(conflict) \
 	"INSERT INTO queue.item_live (queue_name, item_id, priority, visible_at, base_priority, " \
 	"       run_at, max_attempts, expires_at, dedup_key, payload) " \
 	"SELECT $1, u.id, $4, greatest($5, pg_catalog.now()), $4, $5, $6, $7, u.k, u.p " \
 	"  FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.int8[]), pg_catalog.unnest($3::pg_catalog.jsonb[]), " \
 	"                  pg_catalog.unnest($8::pg_catalog.text[])) AS u(id, p, k) " \
 	" WHERE u.id IS NOT NULL " \
-	"ON CONFLICT (queue_name, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING " \
+	conflict \
 	"RETURNING item_id"
+#define BATCH_INSERT_SQL BATCH_INSERT_SQL_WITH(ON_CONFLICT_SQL)
+#define PLAIN_BATCH_INSERT_SQL BATCH_INSERT_SQL_WITH("")
 
 #define BATCH_HOLDER_SQL \
 	"SELECT dedup_key, item_id FROM queue.item_live " \
@@ -305,7 +319,9 @@ queue_enqueue(PG_FUNCTION_ARGS)
 			nulls[6] = 'n';
 		values[7] = payload;
 
-		if (SPI_execute_plan(queue_prepare_cached(&insert_plan, INSERT_SQL, 8, argtypes),
+		if (SPI_execute_plan(has_key ?
+							 queue_prepare_cached(&insert_plan, INSERT_SQL, 8, argtypes) :
+							 queue_prepare_cached(&plain_insert_plan, PLAIN_INSERT_SQL, 8, argtypes),
 							 values, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
 			elog(ERROR, "queue: inserting item failed");
 		if (SPI_processed == 1)
@@ -553,7 +569,10 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 		ivalues[7] = PointerGetDatum(construct_md_array(keys, key_nulls, 1, &n,
 														(int[]){1}, TEXTOID, -1,
 														false, TYPALIGN_INT));
-		if (SPI_execute_plan(queue_prepare_cached(&batch_insert_plan, BATCH_INSERT_SQL, 8, itypes),
+		if (SPI_execute_plan(any_key ?
+							 queue_prepare_cached(&batch_insert_plan, BATCH_INSERT_SQL, 8, itypes) :
+							 queue_prepare_cached(&plain_batch_insert_plan, PLAIN_BATCH_INSERT_SQL,
+												  8, itypes),
 							 ivalues, inulls, false, 0) != SPI_OK_INSERT_RETURNING)
 			elog(ERROR, "queue: inserting items failed");
 		ninserted = (int) SPI_processed;
