@@ -74,8 +74,8 @@ static SPIPlanPtr checkpoint_plan = NULL;
 	"WITH d AS (DELETE FROM queue.item_live i " \
 	"            USING ROWS FROM (pg_catalog.unnest($2::pg_catalog.int8[]), " \
 	"                             pg_catalog.unnest($3::pg_catalog.int8[])) AS u(id, tok) " \
-	"            WHERE i.queue_name" OP("=") "$1 AND i.item_id" OP("=") "u.id " \
-	"              AND i.lease_token" OP("=") "u.tok " \
+	"            WHERE i.queue_name" OP("=") "$1 AND i.item_id" OP("=") "ANY ($2) " \
+	"              AND i.item_id" OP("=") "u.id AND i.lease_token" OP("=") "u.tok " \
 	"           RETURNING i.*) " \
 	"INSERT INTO queue.item_done (queue_name, item_id, payload, result, attempts, worker, " \
 	"       enqueued_at, claimed_at, completed_at, dedup_key, correlation_id, progress) " \

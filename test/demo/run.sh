@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test/demo/run.sh -- the bot-fleet demo behind `make demo`.
 #
-# On a throw-away cluster in ./.demo (pg_cron preloaded) it enqueues 4,200
+# On a throw-away cluster in ./.demo (pg_cron, queue preloaded) it enqueues 4,200
 # invoices, starts five queue-worker bots running test/demo/erp.sh, kills
 # one bot with kill -9 midway, takes the "ERP" down for a while so the
 # circuit breaker pauses the queue and later resumes it through its
