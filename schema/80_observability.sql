@@ -23,6 +23,9 @@
 --     counted, or sampled when there are more than 100 leaves.  That count
 --     includes entries of rows deleted but not yet vacuumed and of
 --     uncommitted inserts, and is never reported below the limit.
+--   * Every count is an index scan (enable_seqscan is off in _stats): on
+--     a table shared by many queues, a LIMITed sequential scan the
+--     planner may prefer reads everything before the queue's rows.
 --   * The percentiles use the newest 1,000 completions of the last hour
 --     (index on queue_name, completed_at).  failed_1h and dead are
 --     index-only counts of the failure_log and the open dead letters.
@@ -55,7 +58,9 @@ CREATE FUNCTION queue._stats(p_queue text,
     OUT failed_1h bigint, OUT wait_p50 interval, OUT wait_p95 interval,
     OUT run_p50 interval, OUT run_p95 interval, OUT paused boolean)
 RETURNS record LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
-SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off
+SET enable_seqscan = off    -- a LIMITed seq scan may read the whole table before the queue's rows
+AS $$
 #variable_conflict use_column
 DECLARE
     v_limit bigint := queue._stats_exact_limit();
@@ -202,7 +207,9 @@ COMMENT ON FUNCTION queue.stats(text)
 
 CREATE FUNCTION queue._health(p_queue text, OUT status text, OUT reasons text[])
 RETURNS record LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
-SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off
+SET enable_seqscan = off    -- a LIMITed seq scan may read the whole table before the queue's rows
+AS $$
 #variable_conflict use_column
 DECLARE
     c queue.queue_config;
