@@ -14,6 +14,9 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use QueueTest qw(state_sql);
 
 my $node = PostgreSQL::Test::Cluster->new('dump');
 $node->init;
@@ -74,23 +77,7 @@ is($node->safe_psql('src', q{
 	'source has items in every live state');
 
 # Everything that must survive, as text.
-my $snapshot_sql = q{
-	SELECT 'queue', row_to_json(q)::text FROM queue.queues q
-	UNION ALL
-	SELECT 'item', concat_ws('|', queue_name, item_id, state, priority, attempt, max_attempts,
-		run_at, enqueued_at, lease_expires_at, worker, dedup_key, correlation_id, last_error,
-		payload, progress) FROM queue.items
-	UNION ALL
-	SELECT 'history', concat_ws('|', queue_name, item_id, payload, result, attempts, worker,
-		enqueued_at, claimed_at, completed_at, dedup_key, correlation_id) FROM queue.history
-	UNION ALL
-	SELECT 'dead', concat_ws('|', queue_name, item_id, payload, progress, attempts, reason,
-		last_error, error_code, errors, dead_at, review_status, replayed_as, dedup_key,
-		correlation_id, enqueued_at) FROM queue.dead_letters
-	UNION ALL
-	SELECT 'events', count(*)::text FROM queue.events
-	ORDER BY 1, 2;
-};
+my $snapshot_sql = state_sql();
 my $before = $node->safe_psql('src', $snapshot_sql);
 like($before, qr/^dead\|dumped\|$dead\|/m, 'snapshot has the dead letter');
 like($before, qr/^history\|dumped\|$done\|/m, 'snapshot has the history row');

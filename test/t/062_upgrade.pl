@@ -16,6 +16,9 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use QueueTest qw(state_sql);
 
 my $first = '0.1.0';
 
@@ -71,32 +74,7 @@ $node->safe_psql('old', join("\n",
 	"SELECT queue.hold('up', (SELECT max(item_id) - 2 FROM queue.item_live WHERE queue_name = 'up'));"));
 
 # Everything that must survive, as text.
-my $data_sql = q{
-	SELECT 'queue', row_to_json(q)::text FROM queue.queues q
-	UNION ALL
-	SELECT 'item', concat_ws('|', queue_name, item_id, state, priority, attempt, max_attempts,
-		run_at, enqueued_at, lease_expires_at, worker, dedup_key, correlation_id, last_error,
-		payload, progress) FROM queue.items
-	UNION ALL
-	SELECT 'history', concat_ws('|', queue_name, item_id, payload, result, attempts, worker,
-		enqueued_at, claimed_at, completed_at, dedup_key) FROM queue.history
-	UNION ALL
-	SELECT 'dead', concat_ws('|', queue_name, item_id, payload, attempts, reason, last_error,
-		error_code, errors, dead_at, review_status, replayed_as) FROM queue.dead_letters
-	UNION ALL
-	SELECT 'event', concat_ws('|', queue_name, event_id, item_id, kind, worker, attempt, details)
-	  FROM queue.events
-	UNION ALL
-	SELECT 'grant', concat_ws('|', g.queue_name, r.rolname, g.access)
-	  FROM queue.queue_grant g JOIN pg_roles r ON r.oid = g.grantee
-	UNION ALL
-	SELECT 'worker', concat_ws('|', w.worker, w.queues, w.capacity, w.draining)
-	  FROM queue.worker_registry w
-	UNION ALL
-	SELECT 'seq', concat_ws('|', sequencename, last_value) FROM pg_sequences
-	 WHERE schemaname = 'queue'
-	ORDER BY 1, 2;
-};
+my $data_sql = state_sql();
 
 # The extension's schema, privileges, policies and pg_dump registrations.
 my $catalog_sql = q{
