@@ -8,7 +8,9 @@
 #   make bench       run the benchmark suite (see test/bench/README.md)
 
 EXTENSION = queue
-EXTVERSION = 0.1.0
+EXTVERSION = 0.2.0
+# The release this version updates from (its install script is frozen).
+PREVVERSION = 0.1.0
 
 MODULE_big = queue
 OBJS = \
@@ -23,9 +25,13 @@ OBJS = \
 	src/estimate.o
 
 # The install script is assembled from the topic files under schema/, in
-# name order; upgrade scripts queue--X--Y.sql are kept as written.
+# name order; the upgrade script from the previous release from the parts
+# under upgrade/PREV--CUR/.  Released install scripts (queue--X.Y.Z.sql)
+# and older upgrade scripts are committed as written.
 SCHEMA_PARTS = $(sort $(wildcard schema/*.sql))
-DATA_built = $(EXTENSION)--$(EXTVERSION).sql
+UPGRADE_PARTS = $(sort $(wildcard upgrade/$(PREVVERSION)--$(EXTVERSION)/*.sql))
+UPGRADE_built = $(EXTENSION)--$(PREVVERSION)--$(EXTVERSION).sql
+DATA_built = $(EXTENSION)--$(EXTVERSION).sql $(UPGRADE_built)
 DATA = $(filter-out $(DATA_built), $(wildcard $(EXTENSION)--*--*.sql) $(wildcard $(EXTENSION)--*.sql))
 
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
@@ -41,7 +47,7 @@ ISOLATION_OPTS = --inputdir=test --load-extension=queue --temp-instance=./tmp_ch
 
 # TAP tests (crash recovery, concurrency, faults, tools).
 TAP_TESTS = 1
-PROVE_TESTS = test/t/*.pl
+PROVE_TESTS ?= test/t/*.pl
 PROVE_FLAGS = --timer
 
 PG_CONFIG ?= pg_config
@@ -59,12 +65,19 @@ endif
 
 # Custom targets follow the PGXS include.
 
-$(DATA_built): $(SCHEMA_PARTS)
+$(EXTENSION)--$(EXTVERSION).sql: $(SCHEMA_PARTS)
 	( echo '/* $(EXTENSION)--$(EXTVERSION).sql */'; \
 	  echo ''; \
 	  echo '-- complain if script is sourced in psql, rather than via CREATE EXTENSION'; \
 	  printf '%s\n' '\echo Use "CREATE EXTENSION $(EXTENSION)" to load this file. \quit'; \
 	  for f in $(SCHEMA_PARTS); do echo ''; echo "-- source: $$f"; cat $$f; done ) > $@
+
+$(UPGRADE_built): $(UPGRADE_PARTS)
+	( echo '/* $(UPGRADE_built) */'; \
+	  echo ''; \
+	  echo '-- complain if script is sourced in psql, rather than via ALTER EXTENSION'; \
+	  printf '%s\n' '\echo Use "ALTER EXTENSION $(EXTENSION) UPDATE TO '"'"'$(EXTVERSION)'"'"'" to load this file. \quit'; \
+	  for f in $(UPGRADE_PARTS); do echo ''; echo "-- source: $$f"; cat $$f; done ) > $@
 
 all: $(DATA_built) tools
 

@@ -1,0 +1,7 @@
+-- Upgrade from 0.1.0 to 0.2.0.
+--
+-- The parts of this directory are concatenated in name order into
+-- queue--0.1.0--0.2.0.sql.  Each part carries the changes of one topic
+-- (numbered like the schema/ file it mirrors) as idempotent DDL, so the
+-- script can be replayed on every node of a distributed installation; the
+-- result must equal a fresh install (test/t/062_upgrade.pl checks it).
