@@ -38,11 +38,11 @@ PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initi
 
 # pg_regress: every sql/*.sql, in name order, each in a fresh database
 # with the extension loaded; a temporary instance preloads pg_cron.
-REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+REGRESS ?= $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 REGRESS_OPTS = --load-extension=queue --temp-instance=./tmp_check --temp-config=test/regress.conf
 
 # Isolation specs: test/specs/*.spec with expected output in test/expected.
-ISOLATION = $(patsubst test/specs/%.spec,%,$(sort $(wildcard test/specs/*.spec)))
+ISOLATION ?= $(patsubst test/specs/%.spec,%,$(sort $(wildcard test/specs/*.spec)))
 ISOLATION_OPTS = --inputdir=test --load-extension=queue --temp-instance=./tmp_check_iso --temp-config=test/regress.conf
 
 # TAP tests (crash recovery, concurrency, faults, tools).
