@@ -79,9 +79,8 @@ caller_has_grant(const char *queue_name, QueueAccess access)
 	values[1] = PointerGetDatum(construct_array(kinds, nkinds, TEXTOID, -1, false, TYPALIGN_INT));
 	values[2] = ObjectIdGetDatum(GetOuterUserId());
 
-	if (SPI_execute_plan(queue_prepare_cached(&grant_plan, GRANT_SQL, 3, argtypes),
-						 values, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "queue: checking per-queue grants failed");
+	queue_spi_exec_one(queue_prepare_cached(&grant_plan, GRANT_SQL, 3, argtypes),
+					   values, NULL, true, 1, SPI_OK_SELECT, "checking per-queue grants");
 	result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	return !isnull && DatumGetBool(result);
 }
@@ -197,12 +196,11 @@ queue_can_read_sql(PG_FUNCTION_ARGS)
 
 	values[0] = PG_GETARG_DATUM(0);
 	queue_spi_connect();
-	if (SPI_execute_plan(queue_prepare_cached(&flag_plan,
-											  "SELECT restrict_reader FROM queue.queue_config "
-											  " WHERE queue_name OPERATOR(pg_catalog.=) $1",
-											  1, argtypes),
-						 values, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "queue: reading queue settings failed");
+	queue_spi_exec(queue_prepare_cached(&flag_plan,
+										"SELECT restrict_reader FROM queue.queue_config "
+										" WHERE queue_name OPERATOR(pg_catalog.=) $1",
+										1, argtypes),
+				   values, NULL, true, 1, SPI_OK_SELECT, "reading queue settings");
 	if (SPI_processed == 1)
 	{
 		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);

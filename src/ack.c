@@ -195,9 +195,8 @@ settle_probe(const QueueConfig *cfg, Datum qname, int64 item_id, bool success)
 	v[0] = qname;
 	v[1] = Int64GetDatum(item_id);
 	v[2] = BoolGetDatum(success);
-	if (SPI_execute_plan(queue_prepare_cached(&probe_done_plan, PROBE_DONE_SQL, 3, t),
-						 v, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "queue: settling breaker probe failed");
+	queue_spi_exec(queue_prepare_cached(&probe_done_plan, PROBE_DONE_SQL, 3, t),
+				   v, NULL, false, 0, SPI_OK_SELECT, "settling breaker probe");
 }
 
 /*
@@ -223,9 +222,8 @@ queue_complete(PG_FUNCTION_ARGS)
 	values[3] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
 	if (PG_ARGISNULL(3))
 		nulls[3] = 'n';
-	if (SPI_execute_plan(queue_prepare_cached(&complete_plan, COMPLETE_SQL, 4, argtypes),
-						 values, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
-		elog(ERROR, "queue: completing item failed");
+	queue_spi_exec(queue_prepare_cached(&complete_plan, COMPLETE_SQL, 4, argtypes),
+				   values, nulls, false, 0, SPI_OK_INSERT_RETURNING, "completing item");
 	done = (SPI_processed == 1);
 	if (done)
 	{
@@ -245,9 +243,8 @@ queue_complete(PG_FUNCTION_ARGS)
 			dv[0] = values[0];
 			dv[1] = SPI_datumTransfer(key, false, -1);
 			dv[2] = values[1];
-			if (SPI_execute_plan(queue_prepare_cached(&dedup_done_plan, DEDUP_DONE_SQL, 3, dt),
-								 dv, NULL, false, 0) != SPI_OK_INSERT)
-				elog(ERROR, "queue: recording dedup key failed");
+			queue_spi_exec(queue_prepare_cached(&dedup_done_plan, DEDUP_DONE_SQL, 3, dt),
+						   dv, NULL, false, 0, SPI_OK_INSERT, "recording dedup key");
 		}
 		queue_log_event(queue_name, cfg.audit, DatumGetInt64(values[1]), "completed",
 						worker, attempts, NULL);
@@ -300,9 +297,8 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 	values[3] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
 	if (PG_ARGISNULL(3))
 		nulls[3] = 'n';
-	if (SPI_execute_plan(queue_prepare_cached(&complete_batch_plan, COMPLETE_BATCH_SQL, 4, argtypes),
-						 values, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
-		elog(ERROR, "queue: completing items failed");
+	queue_spi_exec(queue_prepare_cached(&complete_batch_plan, COMPLETE_BATCH_SQL, 4, argtypes),
+				   values, nulls, false, 0, SPI_OK_INSERT_RETURNING, "completing items");
 	ndone = (int) SPI_processed;
 
 	if (ndone > 0 && (cfg.has_dedup_window || cfg.audit == 'a' || cfg.breaker_state == 'p'))
@@ -336,9 +332,8 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 													   TEXTOID, -1, false, TYPALIGN_INT));
 			dv[2] = PointerGetDatum(construct_array(done_ids, ndone, INT8OID, 8,
 													FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-			if (SPI_execute_plan(queue_prepare_cached(&dedup_done_batch_plan, DEDUP_DONE_BATCH_SQL, 3, dt),
-								 dv, NULL, false, 0) != SPI_OK_INSERT)
-				elog(ERROR, "queue: recording dedup keys failed");
+			queue_spi_exec(queue_prepare_cached(&dedup_done_batch_plan, DEDUP_DONE_BATCH_SQL, 3, dt),
+						   dv, NULL, false, 0, SPI_OK_INSERT, "recording dedup keys");
 		}
 		if (cfg.audit == 'a')
 		{
@@ -352,9 +347,8 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 													   TEXTOID, -1, false, TYPALIGN_INT));
 			ev[3] = PointerGetDatum(construct_md_array(attempts, attempt_nulls, 1, dims, lbs,
 													   INT4OID, 4, true, TYPALIGN_INT));
-			if (SPI_execute_plan(queue_prepare_cached(&completed_events_plan, COMPLETED_EVENTS_SQL, 4, et),
-								 ev, NULL, false, 0) != SPI_OK_INSERT)
-				elog(ERROR, "queue: recording events failed");
+			queue_spi_exec(queue_prepare_cached(&completed_events_plan, COMPLETED_EVENTS_SQL, 4, et),
+						   ev, NULL, false, 0, SPI_OK_INSERT, "recording events");
 		}
 		for (int r = 0; r < ndone; r++)
 			settle_probe(&cfg, values[0], DatumGetInt64(done_ids[r]), true);
@@ -426,9 +420,8 @@ queue_fail(PG_FUNCTION_ARGS)
 	values[0] = CStringGetTextDatum(queue_name);
 	values[1] = PG_GETARG_DATUM(1);
 	values[2] = PG_GETARG_DATUM(2);
-	if (SPI_execute_plan(queue_prepare_cached(&fail_lock_plan, FAIL_LOCK_SQL, 3, argtypes),
-						 values, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "queue: locking item failed");
+	queue_spi_exec(queue_prepare_cached(&fail_lock_plan, FAIL_LOCK_SQL, 3, argtypes),
+				   values, NULL, false, 1, SPI_OK_SELECT, "locking item");
 	if (SPI_processed == 0)
 	{
 		queue_spi_finish();
@@ -455,9 +448,8 @@ queue_fail(PG_FUNCTION_ARGS)
 		fv[5] = PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4);
 		fn[5] = PG_ARGISNULL(4) ? 'n' : ' ';
 		fv[6] = PG_GETARG_DATUM(3);
-		if (SPI_execute_plan(queue_prepare_cached(&failure_log_plan, FAILURE_LOG_SQL, 7, ft),
-							 fv, fn, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "queue: recording failure failed");
+		queue_spi_exec(queue_prepare_cached(&failure_log_plan, FAILURE_LOG_SQL, 7, ft),
+					   fv, fn, false, 0, SPI_OK_INSERT, "recording failure");
 	}
 	{
 		char	   *code = PG_ARGISNULL(4) ? NULL : TextDatumGetCString(PG_GETARG_DATUM(4));
@@ -489,9 +481,8 @@ queue_fail(PG_FUNCTION_ARGS)
 		bv[3] = PG_GETARG_DATUM(3);
 		bv[4] = PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4);
 		bn[4] = PG_ARGISNULL(4) ? 'n' : ' ';
-		if (SPI_execute_plan(queue_prepare_cached(&bury_plan, BURY_SQL, 5, bt),
-							 bv, bn, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "queue: dead-lettering failed");
+		queue_spi_exec(queue_prepare_cached(&bury_plan, BURY_SQL, 5, bt),
+					   bv, bn, false, 0, SPI_OK_SELECT, "dead-lettering");
 		outcome = "dead";
 	}
 	else
@@ -509,9 +500,8 @@ queue_fail(PG_FUNCTION_ARGS)
 		rv[3] = PG_GETARG_DATUM(3);
 		rv[4] = PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4);
 		rn[4] = PG_ARGISNULL(4) ? 'n' : ' ';
-		if (SPI_execute_plan(queue_prepare_cached(&retry_plan, RETRY_SQL, 5, rt),
-							 rv, rn, false, 0) != SPI_OK_UPDATE_RETURNING || SPI_processed != 1)
-			elog(ERROR, "queue: scheduling retry failed");
+		queue_spi_exec_one(queue_prepare_cached(&retry_plan, RETRY_SQL, 5, rt),
+					   rv, rn, false, 0, SPI_OK_UPDATE_RETURNING, "scheduling retry");
 		snprintf(details, sizeof(details), "{\"retry_in_seconds\": %.3f}", retry_s);
 		queue_log_event(queue_name, cfg.audit, DatumGetInt64(values[1]), "retrying",
 						worker_null ? NULL : TextDatumGetCString(worker), attempt, details);
@@ -523,9 +513,8 @@ queue_fail(PG_FUNCTION_ARGS)
 	{
 		Oid			t[1] = {TEXTOID};
 
-		if (SPI_execute_plan(queue_prepare_cached(&breaker_plan, BREAKER_SQL, 1, t),
-							 values, NULL, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "queue: breaker check failed");
+		queue_spi_exec(queue_prepare_cached(&breaker_plan, BREAKER_SQL, 1, t),
+					   values, NULL, false, 0, SPI_OK_SELECT, "breaker check");
 	}
 	queue_spi_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(outcome));
@@ -552,9 +541,8 @@ queue_release(PG_FUNCTION_ARGS)
 	values[2] = PG_GETARG_DATUM(2);
 	values[3] = PG_ARGISNULL(3) ? TimestampTzGetDatum(GetCurrentTransactionStartTimestamp())
 		: PG_GETARG_DATUM(3);
-	if (SPI_execute_plan(queue_prepare_cached(&release_plan, RELEASE_SQL, 4, argtypes),
-						 values, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "queue: releasing item failed");
+	queue_spi_exec(queue_prepare_cached(&release_plan, RELEASE_SQL, 4, argtypes),
+				   values, NULL, false, 0, SPI_OK_UPDATE_RETURNING, "releasing item");
 	done = (SPI_processed == 1);
 	if (done)
 	{
@@ -568,9 +556,8 @@ queue_release(PG_FUNCTION_ARGS)
 		{
 			Oid			t[2] = {TEXTOID, INT8OID};
 
-			if (SPI_execute_plan(queue_prepare_cached(&probe_back_plan, PROBE_BACK_SQL, 2, t),
-								 values, NULL, false, 0) != SPI_OK_UPDATE)
-				elog(ERROR, "queue: resetting breaker probe failed");
+			queue_spi_exec(queue_prepare_cached(&probe_back_plan, PROBE_BACK_SQL, 2, t),
+						   values, NULL, false, 0, SPI_OK_UPDATE, "resetting breaker probe");
 		}
 	}
 	queue_spi_finish();
@@ -607,9 +594,8 @@ queue_extend_lease(PG_FUNCTION_ARGS)
 	values[1] = PG_GETARG_DATUM(1);
 	values[2] = PG_GETARG_DATUM(2);
 	values[3] = IntervalPGetDatum(&by);
-	if (SPI_execute_plan(queue_prepare_cached(&extend_plan, EXTEND_SQL, 4, argtypes),
-						 values, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "queue: extending lease failed");
+	queue_spi_exec(queue_prepare_cached(&extend_plan, EXTEND_SQL, 4, argtypes),
+				   values, NULL, false, 0, SPI_OK_UPDATE_RETURNING, "extending lease");
 	found = (SPI_processed == 1);
 	if (found)
 	{
@@ -653,9 +639,8 @@ queue_checkpoint(PG_FUNCTION_ARGS)
 	values[1] = PG_GETARG_DATUM(1);
 	values[2] = PG_GETARG_DATUM(2);
 	values[3] = JsonbPGetDatum(progress);
-	if (SPI_execute_plan(queue_prepare_cached(&checkpoint_plan, CHECKPOINT_SQL, 4, argtypes),
-						 values, NULL, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "queue: checkpoint failed");
+	queue_spi_exec(queue_prepare_cached(&checkpoint_plan, CHECKPOINT_SQL, 4, argtypes),
+				   values, NULL, false, 0, SPI_OK_UPDATE, "checkpoint");
 	done = (SPI_processed == 1);
 	queue_spi_finish();
 	PG_RETURN_BOOL(done);

@@ -173,9 +173,8 @@ load_entry(const char *queue_name, ConfigEntry *e)
 	QueueConfig *cfg = &e->cfg;
 
 	values[0] = CStringGetTextDatum(queue_name);
-	if (SPI_execute_plan(queue_prepare_cached(&config_plan, CONFIG_SQL, 1, argtypes),
-						 values, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "queue: reading queue settings failed");
+	queue_spi_exec(queue_prepare_cached(&config_plan, CONFIG_SQL, 1, argtypes),
+				   values, NULL, false, 1, SPI_OK_SELECT, "reading queue settings");
 	if (SPI_processed == 0)
 		return false;
 
@@ -292,9 +291,8 @@ load_worker(Datum worker, WorkerEntry *e)
 	int			ns,
 				ne;
 
-	if (SPI_execute_plan(queue_prepare_cached(&worker_plan, WORKER_SQL, 1, argtypes),
-						 &worker, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "queue: reading worker failed");
+	queue_spi_exec(queue_prepare_cached(&worker_plan, WORKER_SQL, 1, argtypes),
+				   &worker, NULL, false, 1, SPI_OK_SELECT, "reading worker");
 	if (SPI_processed == 0)
 		return false;
 	tup = SPI_tuptable->vals[0];

@@ -228,8 +228,7 @@ run_bool(SPIPlanPtr plan, Datum *values, bool read_only)
 	bool		isnull;
 	Datum		d;
 
-	if (SPI_execute_plan(plan, values, NULL, read_only, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "queue: dequeue gate query failed");
+	queue_spi_exec_one(plan, values, NULL, read_only, 1, SPI_OK_SELECT, "dequeue gate query");
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	return !isnull && DatumGetBool(d);
 }
@@ -239,8 +238,7 @@ run_count(SPIPlanPtr plan, Datum *values)
 {
 	bool		isnull;
 
-	if (SPI_execute_plan(plan, values, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "queue: dequeue count query failed");
+	queue_spi_exec_one(plan, values, NULL, false, 1, SPI_OK_SELECT, "dequeue count query");
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
@@ -260,16 +258,14 @@ worker_allowance(Datum worker)
 	if (!queue_load_worker(worker, &gates))
 	{
 		/* unknown workers are registered on their first dequeue */
-		if (SPI_execute_plan(queue_prepare_cached(&register_plan, REGISTER_SQL, 1, argtypes),
-							 &worker, NULL, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "queue: registering worker failed");
+		queue_spi_exec(queue_prepare_cached(&register_plan, REGISTER_SQL, 1, argtypes),
+					   &worker, NULL, false, 0, SPI_OK_INSERT, "registering worker");
 		return -1;
 	}
 	if (now - gates.last_seen > LAST_SEEN_REFRESH_USECS)
 	{
-		if (SPI_execute_plan(queue_prepare_cached(&seen_plan, SEEN_SQL, 1, argtypes),
-							 &worker, NULL, false, 0) != SPI_OK_UPDATE)
-			elog(ERROR, "queue: refreshing worker failed");
+		queue_spi_exec(queue_prepare_cached(&seen_plan, SEEN_SQL, 1, argtypes),
+					   &worker, NULL, false, 0, SPI_OK_UPDATE, "refreshing worker");
 		queue_worker_seen(worker, now);
 	}
 	if (gates.draining || gates.in_maintenance)
@@ -279,9 +275,8 @@ worker_allowance(Datum worker)
 		int32		capacity;
 		int64		held;
 
-		if (SPI_execute_plan(queue_prepare_cached(&worker_lock_plan, WORKER_LOCK_SQL, 1, argtypes),
-							 &worker, NULL, false, 1) != SPI_OK_SELECT)
-			elog(ERROR, "queue: locking worker failed");
+		queue_spi_exec(queue_prepare_cached(&worker_lock_plan, WORKER_LOCK_SQL, 1, argtypes),
+					   &worker, NULL, false, 1, SPI_OK_SELECT, "locking worker");
 		/* another session of this worker is claiming: skip, like SKIP LOCKED */
 		if (SPI_processed == 0)
 			return 0;
@@ -385,14 +380,12 @@ claim_items(ClaimContext *ctx, int64 limit, int stripe)
 		{
 			values[5] = Int32GetDatum(hint->priority);
 			values[6] = TimestampTzGetDatum(hint->visible_at);
-			if (SPI_execute_plan(queue_prepare_cached(&hinted_claim_plan, HINTED_CLAIM_SQL,
-													  7, argtypes),
-								 values, nulls, false, 0) != SPI_OK_SELECT)
-				elog(ERROR, "queue: claim failed");
+			queue_spi_exec(queue_prepare_cached(&hinted_claim_plan, HINTED_CLAIM_SQL, 7, argtypes),
+						   values, nulls, false, 0, SPI_OK_SELECT, "claim");
 		}
-		else if (SPI_execute_plan(queue_prepare_cached(&claim_plan, CLAIM_SQL, 5, argtypes),
-								  values, nulls, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "queue: claim failed");
+		else
+			queue_spi_exec(queue_prepare_cached(&claim_plan, CLAIM_SQL, 5, argtypes),
+						   values, nulls, false, 0, SPI_OK_SELECT, "claim");
 		tuptable = SPI_tuptable;
 		nrows = SPI_processed;
 
@@ -443,9 +436,8 @@ claim_items(ClaimContext *ctx, int64 limit, int stripe)
 				bv[0] = ctx->qname;
 				bv[1] = SPI_getbinval(tup, desc, 1, &isnull);
 				bv[2] = CStringGetTextDatum(junk == 1 ? "expired" : "lease_expired");
-				if (SPI_execute_plan(queue_prepare_cached(&bury_plan, BURY_SQL, 3, bt),
-									 bv, NULL, false, 0) != SPI_OK_SELECT)
-					elog(ERROR, "queue: dead-lettering failed");
+				queue_spi_exec(queue_prepare_cached(&bury_plan, BURY_SQL, 3, bt),
+							   bv, NULL, false, 0, SPI_OK_SELECT, "dead-lettering");
 				njunk++;
 				continue;
 			}
@@ -480,9 +472,8 @@ claim_items(ClaimContext *ctx, int64 limit, int stripe)
 			lv[0] = ctx->qname;
 			lv[1] = PointerGetDatum(construct_array(lost_ids, nlost, INT8OID, 8,
 													FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-			if (SPI_execute_plan(queue_prepare_cached(&lost_plan, LOST_SQL, 2, lt),
-								 lv, NULL, false, 0) != SPI_OK_SELECT)
-				elog(ERROR, "queue: recording lost leases failed");
+			queue_spi_exec(queue_prepare_cached(&lost_plan, LOST_SQL, 2, lt),
+						   lv, NULL, false, 0, SPI_OK_SELECT, "recording lost leases");
 		}
 		if (ctx->audit == 'a' && nok > 0)
 		{
@@ -495,9 +486,8 @@ claim_items(ClaimContext *ctx, int64 limit, int stripe)
 													FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 			ev[3] = PointerGetDatum(construct_array(ev_attempts, nok, INT4OID, 4,
 													true, TYPALIGN_INT));
-			if (SPI_execute_plan(queue_prepare_cached(&claimed_event_plan, CLAIMED_EVENT_SQL, 4, et),
-								 ev, NULL, false, 0) != SPI_OK_INSERT)
-				elog(ERROR, "queue: recording events failed");
+			queue_spi_exec(queue_prepare_cached(&claimed_event_plan, CLAIMED_EVENT_SQL, 4, et),
+						   ev, NULL, false, 0, SPI_OK_INSERT, "recording events");
 		}
 
 		/* Buried rows cost us part of the batch: claim again for them. */
@@ -585,9 +575,8 @@ queue_dequeue(PG_FUNCTION_ARGS)
 			(cfg.breaker_state == 'o' && !cfg.cooldown_over) ||
 			(cfg.breaker_state == 'p' && !cfg.probe_lost))
 			goto done;
-		if (SPI_execute_plan(queue_prepare_cached(&probe_plan, PROBE_SQL, 1, t),
-							 &qname, NULL, false, 0) != SPI_OK_UPDATE)
-			elog(ERROR, "queue: breaker probe update failed");
+		queue_spi_exec(queue_prepare_cached(&probe_plan, PROBE_SQL, 1, t),
+					   &qname, NULL, false, 0, SPI_OK_UPDATE, "breaker probe update");
 		if (SPI_processed != 1)
 			goto done;
 		is_probe = true;
@@ -669,13 +658,12 @@ undo_probe:
 		v[2] = TimestampTzGetDatum(probe_expiry);
 		if (nclaimed > 0)
 		{
-			if (SPI_execute_plan(queue_prepare_cached(&probe_set_plan, PROBE_SET_SQL, 3, t),
-								 v, NULL, false, 0) != SPI_OK_UPDATE)
-				elog(ERROR, "queue: recording breaker probe failed");
+			queue_spi_exec(queue_prepare_cached(&probe_set_plan, PROBE_SET_SQL, 3, t),
+						   v, NULL, false, 0, SPI_OK_UPDATE, "recording breaker probe");
 		}
-		else if (SPI_execute_plan(queue_prepare_cached(&probe_undo_plan, PROBE_UNDO_SQL, 1, t),
-								  v, NULL, false, 0) != SPI_OK_UPDATE)
-			elog(ERROR, "queue: resetting breaker probe failed");
+		else
+			queue_spi_exec(queue_prepare_cached(&probe_undo_plan, PROBE_UNDO_SQL, 1, t),
+						   v, NULL, false, 0, SPI_OK_UPDATE, "resetting breaker probe");
 	}
 done:
 	queue_spi_finish();

@@ -182,9 +182,8 @@ queue_log_event(const char *queue_name, char audit, int64 item_id,
 		nulls[3] = 'n';
 	values[4] = Int32GetDatum(attempt);
 	values[5] = DirectFunctionCall1(jsonb_in, CStringGetDatum(details_json ? details_json : "{}"));
-	if (SPI_execute_plan(queue_prepare_cached(&event_plan, EVENT_SQL, 6, argtypes),
-						 values, nulls, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "queue: recording event failed");
+	queue_spi_exec(queue_prepare_cached(&event_plan, EVENT_SQL, 6, argtypes),
+				   values, nulls, false, 0, SPI_OK_INSERT, "recording event");
 }
 
 /*
@@ -281,9 +280,8 @@ queue_enqueue(PG_FUNCTION_ARGS)
 		wvalues[0] = CStringGetTextDatum(queue_name);
 		wvalues[1] = PG_GETARG_DATUM(4);
 		wvalues[2] = IntervalPGetDatum(&cfg.dedup_window);
-		if (SPI_execute_plan(queue_prepare_cached(&window_plan, WINDOW_SQL, 3, wtypes),
-							 wvalues, NULL, false, 1) != SPI_OK_SELECT)
-			elog(ERROR, "queue: dedup window lookup failed");
+		queue_spi_exec(queue_prepare_cached(&window_plan, WINDOW_SQL, 3, wtypes),
+					   wvalues, NULL, false, 1, SPI_OK_SELECT, "dedup window lookup");
 		if (SPI_processed == 1)
 		{
 			bool		isnull;
@@ -319,11 +317,10 @@ queue_enqueue(PG_FUNCTION_ARGS)
 			nulls[6] = 'n';
 		values[7] = payload;
 
-		if (SPI_execute_plan(has_key ?
-							 queue_prepare_cached(&insert_plan, INSERT_SQL, 8, argtypes) :
-							 queue_prepare_cached(&plain_insert_plan, PLAIN_INSERT_SQL, 8, argtypes),
-							 values, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
-			elog(ERROR, "queue: inserting item failed");
+		queue_spi_exec(has_key ?
+					   queue_prepare_cached(&insert_plan, INSERT_SQL, 8, argtypes) :
+					   queue_prepare_cached(&plain_insert_plan, PLAIN_INSERT_SQL, 8, argtypes),
+					   values, nulls, false, 1, SPI_OK_INSERT_RETURNING, "inserting item");
 		if (SPI_processed == 1)
 		{
 			item_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
@@ -335,9 +332,8 @@ queue_enqueue(PG_FUNCTION_ARGS)
 		/* The key is taken: return the live holder's id. */
 		hvalues[0] = values[0];
 		hvalues[1] = values[5];
-		if (SPI_execute_plan(queue_prepare_cached(&holder_plan, HOLDER_SQL, 2, htypes),
-							 hvalues, NULL, false, 1) != SPI_OK_SELECT)
-			elog(ERROR, "queue: dedup lookup failed");
+		queue_spi_exec(queue_prepare_cached(&holder_plan, HOLDER_SQL, 2, htypes),
+					   hvalues, NULL, false, 1, SPI_OK_SELECT, "dedup lookup");
 		if (SPI_processed == 1)
 		{
 			item_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
@@ -382,8 +378,7 @@ resolve_keys(SPIPlanPtr plan, Datum *values, int n, Datum *keys, bool *key_nulls
 	HASHCTL		ctl;
 	HTAB	   *holders;
 
-	if (SPI_execute_plan(plan, values, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "queue: dedup lookup failed");
+	queue_spi_exec(plan, values, NULL, false, 0, SPI_OK_SELECT, "dedup lookup");
 	if (SPI_processed == 0)
 		return;
 
@@ -536,9 +531,8 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 						 kvalues, n, keys, key_nulls, ids);
 
 		/* Ids for all the rest, drawn in input order. */
-		if (SPI_execute_plan(queue_prepare_cached(&ids_plan, IDS_SQL, 1, &idtype),
-							 &nval, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-			elog(ERROR, "queue: drawing item ids failed");
+		queue_spi_exec_one(queue_prepare_cached(&ids_plan, IDS_SQL, 1, &idtype),
+						   &nval, NULL, false, 1, SPI_OK_SELECT, "drawing item ids");
 		deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0],
 														   SPI_tuptable->tupdesc, 1, &isnull)),
 						  INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
@@ -569,12 +563,10 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 		ivalues[7] = PointerGetDatum(construct_md_array(keys, key_nulls, 1, &n,
 														(int[]){1}, TEXTOID, -1,
 														false, TYPALIGN_INT));
-		if (SPI_execute_plan(any_key ?
-							 queue_prepare_cached(&batch_insert_plan, BATCH_INSERT_SQL, 8, itypes) :
-							 queue_prepare_cached(&plain_batch_insert_plan, PLAIN_BATCH_INSERT_SQL,
-												  8, itypes),
-							 ivalues, inulls, false, 0) != SPI_OK_INSERT_RETURNING)
-			elog(ERROR, "queue: inserting items failed");
+		queue_spi_exec(any_key ?
+					   queue_prepare_cached(&batch_insert_plan, BATCH_INSERT_SQL, 8, itypes) :
+					   queue_prepare_cached(&plain_batch_insert_plan, PLAIN_BATCH_INSERT_SQL, 8, itypes),
+					   ivalues, inulls, false, 0, SPI_OK_INSERT_RETURNING, "inserting items");
 		ninserted = (int) SPI_processed;
 
 		/* Mark what went in; a position that did not lost a dedup race. */
@@ -621,9 +613,8 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 				evalues[0] = ivalues[0];
 				evalues[1] = PointerGetDatum(construct_array(evt_ids, ne, INT8OID, 8,
 															 FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-				if (SPI_execute_plan(queue_prepare_cached(&batch_event_plan, BATCH_EVENT_SQL, 2, etypes),
-									 evalues, NULL, false, 0) != SPI_OK_INSERT)
-					elog(ERROR, "queue: recording events failed");
+				queue_spi_exec(queue_prepare_cached(&batch_event_plan, BATCH_EVENT_SQL, 2, etypes),
+							   evalues, NULL, false, 0, SPI_OK_INSERT, "recording events");
 			}
 			if (cfg.notify)
 				queue_notify_on_commit(queue_name);

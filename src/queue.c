@@ -111,10 +111,9 @@ queue_prepare_cached(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes
 											  CURSOR_OPT_GENERIC_PLAN);
 
 		if (plan == NULL)
-			elog(ERROR, "queue: SPI_prepare failed: %s",
+			elog(ERROR, "queue: preparing a statement failed: %s",
 				 SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "queue: SPI_keepplan failed");
+		queue_spi_check(SPI_keepplan(plan), 0, "keeping a plan");
 		*slot = plan;
 	}
 	return *slot;
@@ -162,19 +161,58 @@ watch_item_live_growth(void)
 	table_close(rel, AccessShareLock);
 }
 
+/*
+ * queue_spi_check
+ *		Fail unless an SPI call returned the code its caller expects.
+ *
+ * The one place that turns an unexpected SPI result into an error; the
+ * message names the operation and SPI's own name of the code.  Not a user
+ * error: a failing statement raises its own error before SPI returns.
+ */
+void
+queue_spi_check(int rc, int expected, const char *what)
+{
+	if (rc != expected)
+		elog(ERROR, "queue: %s failed: %s", what, SPI_result_code_string(rc));
+}
+
+/*
+ * queue_spi_exec
+ *		Execute a kept plan and check its result code.
+ */
+void
+queue_spi_exec(SPIPlanPtr plan, Datum *values, const char *nulls,
+			   bool read_only, long count, int expected, const char *what)
+{
+	queue_spi_check(SPI_execute_plan(plan, values, nulls, read_only, count),
+					expected, what);
+}
+
+/*
+ * queue_spi_exec_one
+ *		Execute a kept plan that must return exactly one row.
+ */
+void
+queue_spi_exec_one(SPIPlanPtr plan, Datum *values, const char *nulls,
+				   bool read_only, long count, int expected, const char *what)
+{
+	queue_spi_exec(plan, values, nulls, read_only, count, expected, what);
+	if (SPI_processed != 1)
+		elog(ERROR, "queue: %s failed: " UINT64_FORMAT " rows instead of one",
+			 what, SPI_processed);
+}
+
 void
 queue_spi_connect(void)
 {
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "queue: SPI_connect failed");
+	queue_spi_check(SPI_connect(), SPI_OK_CONNECT, "connecting to SPI");
 	watch_item_live_growth();
 }
 
 void
 queue_spi_finish(void)
 {
-	if (SPI_finish() != SPI_OK_FINISH)
-		elog(ERROR, "queue: SPI_finish failed");
+	queue_spi_check(SPI_finish(), SPI_OK_FINISH, "finishing SPI");
 }
 
 /*

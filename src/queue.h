@@ -96,6 +96,13 @@ extern int	queue_worker_offline_after;
 extern int	queue_claim_hint_threshold;
 extern SPIPlanPtr queue_prepare_cached(SPIPlanPtr *slot, const char *sql,
 									   int nargs, Oid *argtypes);
+extern void queue_spi_check(int rc, int expected, const char *what);
+extern void queue_spi_exec(SPIPlanPtr plan, Datum *values, const char *nulls,
+						   bool read_only, long count, int expected,
+						   const char *what);
+extern void queue_spi_exec_one(SPIPlanPtr plan, Datum *values, const char *nulls,
+							   bool read_only, long count, int expected,
+							   const char *what);
 extern void queue_spi_connect(void);
 extern void queue_spi_finish(void);
 
