@@ -26,7 +26,7 @@ CREATE FUNCTION queue._sweep_batch() RETURNS int
 COMMENT ON FUNCTION queue._sweep_batch() IS 'How many rows sweep handles per queue, per call and per kind of work';
 
 -- Second key of the advisory lock that serialises sweeps of one queue
--- (dequeue's max_in_flight lock uses 1903520101).
+-- (dequeue's max_in_flight stripes use 1903520200 plus the stripe number).
 CREATE FUNCTION queue._sweep_lock_key() RETURNS int
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS 'SELECT 1903520102';
 COMMENT ON FUNCTION queue._sweep_lock_key() IS 'Second key of the per-queue sweep advisory lock';

@@ -7,10 +7,11 @@
  * complete, fail) and the checks every call makes (names, arguments,
  * queue settings, per-queue access).  Everything runs through SPI with
  * plans prepared once per backend and kept; no statement text is ever
- * built from an argument.  The C functions run under the caller's
- * search_path (a function-level SET would cost more than some of the
- * statements), so every statement qualifies its functions, types and
- * operators: OP("=") expands to OPERATOR(pg_catalog.=).  Mind that
+ * built from an argument.  The SQL declarations pin search_path to
+ * pg_catalog, pg_temp like every SECURITY DEFINER function's, and every
+ * statement qualifies its functions, types and operators besides (the
+ * plans are kept, so they must not depend on the path in force when they
+ * were made): OP("=") expands to OPERATOR(pg_catalog.=).  Mind that
  * OPERATOR() binds like any user operator: parenthesise arithmetic on
  * either side of a comparison.
  *
