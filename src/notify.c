@@ -94,22 +94,7 @@ typedef struct LocalPending
 
 void		queue_notifier_main(Datum main_arg);
 
-/* queue.notify_handoff */
-typedef enum
-{
-	NOTIFY_HANDOFF_AUTO,		/* hand over only while the lock is busy */
-	NOTIFY_HANDOFF_ALWAYS,		/* hand over whenever a notifier runs */
-	NOTIFY_HANDOFF_NEVER		/* always notify in the transaction */
-} NotifyHandoff;
-
-static const struct config_enum_entry notify_handoff_options[] = {
-	{"auto", NOTIFY_HANDOFF_AUTO, false},
-	{"always", NOTIFY_HANDOFF_ALWAYS, false},
-	{"never", NOTIFY_HANDOFF_NEVER, false},
-	{NULL, 0, false}
-};
-
-static int	notify_handoff = NOTIFY_HANDOFF_AUTO;
+int			queue_notify_handoff = QUEUE_NOTIFY_HANDOFF_AUTO;
 static NotifyShared *notify_shared = NULL;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -291,8 +276,8 @@ notify_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PRE_COMMIT:
 			if (local_count == 0)
 				break;
-			if (notify_handoff == NOTIFY_HANDOFF_NEVER ||
-				(notify_handoff == NOTIFY_HANDOFF_AUTO && notify_lock_free()) ||
+			if (queue_notify_handoff == QUEUE_NOTIFY_HANDOFF_NEVER ||
+				(queue_notify_handoff == QUEUE_NOTIFY_HANDOFF_AUTO && notify_lock_free()) ||
 				!hand_over_to_notifier())
 				notify_local_now();
 			break;
@@ -530,23 +515,11 @@ notify_shmem_startup(void)
 
 /*
  * queue_notify_init
- *		From _PG_init: the GUC, and the shared state when preloaded.
+ *		From _PG_init: the shared state, when preloaded.
  */
 void
 queue_notify_init(void)
 {
-	DefineCustomEnumVariable("queue.notify_handoff",
-							 "When enqueue notifications go through the notifier worker.",
-							 "auto: only while another transaction holds the notify lock; "
-							 "always: whenever a notifier runs; never: in the enqueuing transaction. "
-							 "Without queue in shared_preload_libraries it is always never.",
-							 &notify_handoff,
-							 NOTIFY_HANDOFF_AUTO,
-							 notify_handoff_options,
-							 PGC_USERSET,
-							 0,
-							 NULL, NULL, NULL);
-
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 	prev_shmem_request_hook = shmem_request_hook;

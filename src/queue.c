@@ -8,15 +8,8 @@
  * with SPI_keepplan; the plan cache revalidates them by itself after DDL on
  * the extension's tables.  Every statement takes its values as parameters.
  *
- * GUCs (superuser-settable unless noted):
- *	queue.max_payload_bytes		largest stored payload (pg_column_size)
- *	queue.worker_offline_after	seconds without a sign of life before a
- *								worker counts as offline (accepts units)
- *	queue.notify_handoff		(user-settable; notify.c) when enqueue
- *								notifications go through the notifier
- *	queue.claim_hint_threshold	(user-settable; dequeue.c) index entries a
- *								claim may step over before the next ones
- *								skip the claim index's head
+ * Every GUC of the extension is defined here, from the table queue_gucs;
+ * the variables live with the code that reads them (notify.c, dequeue.c).
  *
  * src/queue.c
  *
@@ -48,46 +41,77 @@ PG_FUNCTION_INFO_V1(queue_worker_offline_after_seconds);
 int			queue_max_payload_bytes = QUEUE_DEFAULT_MAX_PAYLOAD_BYTES;
 int			queue_worker_offline_after = QUEUE_DEFAULT_WORKER_OFFLINE_AFTER;
 
+/* Values of queue.notify_handoff (notify.c reads it). */
+static const struct config_enum_entry notify_handoff_options[] = {
+	{"auto", QUEUE_NOTIFY_HANDOFF_AUTO, false},
+	{"always", QUEUE_NOTIFY_HANDOFF_ALWAYS, false},
+	{"never", QUEUE_NOTIFY_HANDOFF_NEVER, false},
+	{NULL, 0, false}
+};
+
+/* One setting of the extension: an integer, or an enum when options is set. */
+typedef struct QueueGuc
+{
+	const char *name;			/* queue.<name> */
+	const char *short_desc;
+	const char *long_desc;		/* may be NULL */
+	int		   *variable;		/* where the value lives */
+	int			boot;			/* default */
+	int			min;			/* integer limits */
+	int			max;
+	const struct config_enum_entry *options;	/* enum values, or NULL */
+	GucContext	context;		/* who may set it */
+	int			flags;			/* units */
+} QueueGuc;
+
+/* Every GUC of the extension, in one place; the README's table mirrors it. */
+static const QueueGuc queue_gucs[] = {
+	{"queue.max_payload_bytes",
+		"Largest payload, in bytes of stored jsonb, that enqueue accepts.",
+		NULL,
+		&queue_max_payload_bytes, QUEUE_DEFAULT_MAX_PAYLOAD_BYTES, 1, MaxAllocSize,
+		NULL, PGC_SUSET, GUC_UNIT_BYTE},
+	{"queue.worker_offline_after",
+		"Time without a sign of life after which a worker is offline.",
+		"The sweeper then releases the worker's leases at once.",
+		&queue_worker_offline_after, QUEUE_DEFAULT_WORKER_OFFLINE_AFTER, 1, INT_MAX,
+		NULL, PGC_SUSET, GUC_UNIT_S},
+	{"queue.claim_hint_threshold",
+		"Index entries a claim may step over before dequeue skips the claim index's head.",
+		"Past it, this session's next claims of the queue start where the last one "
+		"found its rows, with a claim from the head every second; -1 never skips.",
+		&queue_claim_hint_threshold, QUEUE_DEFAULT_CLAIM_HINT_THRESHOLD, -1, INT_MAX,
+		NULL, PGC_USERSET, 0},
+	{"queue.notify_handoff",
+		"When enqueue notifications go through the notifier worker.",
+		"auto: only while another transaction holds the notify lock; "
+		"always: whenever a notifier runs; never: in the enqueuing transaction. "
+		"Without queue in shared_preload_libraries it is always never.",
+		&queue_notify_handoff, QUEUE_NOTIFY_HANDOFF_AUTO, 0, 0,
+		notify_handoff_options, PGC_USERSET, 0},
+};
+
 void		_PG_init(void);
 
 void
 _PG_init(void)
 {
-	DefineCustomIntVariable("queue.max_payload_bytes",
-							"Largest payload, in bytes of stored jsonb, that enqueue accepts.",
-							NULL,
-							&queue_max_payload_bytes,
-							QUEUE_DEFAULT_MAX_PAYLOAD_BYTES,
-							1, MaxAllocSize,
-							PGC_SUSET,
-							GUC_UNIT_BYTE,
-							NULL, NULL, NULL);
+	for (int i = 0; i < lengthof(queue_gucs); i++)
+	{
+		const QueueGuc *g = &queue_gucs[i];
 
-	DefineCustomIntVariable("queue.worker_offline_after",
-							"Time without a sign of life after which a worker is offline.",
-							"The sweeper then releases the worker's leases at once.",
-							&queue_worker_offline_after,
-							QUEUE_DEFAULT_WORKER_OFFLINE_AFTER,
-							1, INT_MAX,
-							PGC_SUSET,
-							GUC_UNIT_S,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("queue.claim_hint_threshold",
-							"Index entries a claim may step over before dequeue skips the claim index's head.",
-							"Past it, this session's next claims of the queue start where the last one "
-							"found its rows, with a claim from the head every second; -1 never skips.",
-							&queue_claim_hint_threshold,
-							QUEUE_DEFAULT_CLAIM_HINT_THRESHOLD,
-							-1, INT_MAX,
-							PGC_USERSET,
-							0,
-							NULL, NULL, NULL);
-
-	queue_notify_init();
-
+		if (g->options)
+			DefineCustomEnumVariable(g->name, g->short_desc, g->long_desc,
+									 g->variable, g->boot, g->options,
+									 g->context, g->flags, NULL, NULL, NULL);
+		else
+			DefineCustomIntVariable(g->name, g->short_desc, g->long_desc,
+									g->variable, g->boot, g->min, g->max,
+									g->context, g->flags, NULL, NULL, NULL);
+	}
 	MarkGUCPrefixReserved("queue");
 
+	queue_notify_init();
 	queue_cache_init();
 }
 

@@ -42,6 +42,14 @@
 #define QUEUE_DEFAULT_WORKER_OFFLINE_AFTER	120
 #define QUEUE_DEFAULT_CLAIM_HINT_THRESHOLD	200
 
+/* Values of queue.notify_handoff. */
+typedef enum QueueNotifyHandoff
+{
+	QUEUE_NOTIFY_HANDOFF_AUTO,		/* hand over only while the lock is busy */
+	QUEUE_NOTIFY_HANDOFF_ALWAYS,	/* hand over whenever a notifier runs */
+	QUEUE_NOTIFY_HANDOFF_NEVER		/* always notify in the transaction */
+} QueueNotifyHandoff;
+
 /* Access kinds of the per-queue grants. */
 typedef enum QueueAccess
 {
@@ -91,7 +99,7 @@ typedef struct QueueWorkerGates
 	TimestampTz last_seen;		/* as last written */
 } QueueWorkerGates;
 
-/* queue.c */
+/* queue.c (the GUCs; claim_hint_threshold lives in dequeue.c) */
 extern int	queue_max_payload_bytes;
 extern int	queue_worker_offline_after;
 extern int	queue_claim_hint_threshold;
@@ -131,6 +139,7 @@ extern void queue_log_event(const char *queue_name, char audit, int64 item_id,
 extern bool queue_audit_keeps(char audit, const char *kind);
 
 /* notify.c */
+extern int	queue_notify_handoff;
 extern void queue_notify_init(void);
 extern void queue_notify_on_commit(const char *queue_name);
 
