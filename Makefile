@@ -84,11 +84,11 @@ all: $(DATA_built) tools
 .PHONY: tools install-tools test demo bench checkver
 
 tools:
-	@for d in tools/*/; do [ -f $$d/Makefile ] && $(MAKE) -C $$d PG_CONFIG=$(PG_CONFIG) || exit 1; done
+	@for d in tools/*/; do [ ! -f $$d/Makefile ] || $(MAKE) -C $$d PG_CONFIG=$(PG_CONFIG) || exit 1; done
 
 install: install-tools
 install-tools: tools
-	@for d in tools/*/; do [ -f $$d/Makefile ] && $(MAKE) -C $$d PG_CONFIG=$(PG_CONFIG) install || exit 1; done
+	@for d in tools/*/; do [ ! -f $$d/Makefile ] || $(MAKE) -C $$d PG_CONFIG=$(PG_CONFIG) install || exit 1; done
 
 clean: clean-tools
 clean-tools:

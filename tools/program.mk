@@ -1,6 +1,8 @@
 # tools/program.mk -- shared build of the libpq client tools (outside PGXS).
 #
-# A tool's Makefile sets PROGRAM and VERSION_MACRO, then includes this file.
+# A tool's Makefile sets PROGRAM, VERSION_MACRO and optionally SRCS (the
+# tool's own .c files; default $(PROGRAM).c), then includes this file.
+# Every tool also links the shared code in tools/common/.
 #   make                 build ./$(PROGRAM)
 #   make install         copy it to $(PG_CONFIG) --bindir (or BINDIR=...)
 #   make clean
@@ -24,8 +26,13 @@ LDLIBS = -L$(PG_LIBDIR) -lpq -lm
 
 all: $(PROGRAM)
 
-$(PROGRAM): $(PROGRAM).c
-	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
+SRCS ?= $(PROGRAM).c
+COMMON_SRCS := $(wildcard $(TOOLS_DIR)common/*.c)
+HEADERS := $(wildcard *.h) $(wildcard $(TOOLS_DIR)common/*.h)
+override CPPFLAGS += -I$(TOOLS_DIR)common
+
+$(PROGRAM): $(SRCS) $(COMMON_SRCS) $(HEADERS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(SRCS) $(COMMON_SRCS) $(LDFLAGS) $(LDLIBS)
 
 install: $(PROGRAM)
 	install -d $(DESTDIR)$(BINDIR)

@@ -1,0 +1,509 @@
+/*-------------------------------------------------------------------------
+ *
+ * child.c
+ *		queue-worker's command side: processes, pipes, signals, outcomes.
+ *
+ * Each command runs as a child in its own process group (the group id
+ * is the child's pid), with the payload on stdin and stdout and stderr
+ * on non-blocking pipes the main loop polls.  item_kill signals the
+ * whole group, so a pipeline or a script's own children stop with it;
+ * PR_SET_PDEATHSIG kills the direct child if the worker itself dies.
+ * Signals to the worker are turned into bytes on a self-pipe so the loop
+ * handles them in order.  item_decide turns an exit status into the
+ * report an item owes; the database side sends it.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "worker.h"
+
+int			sigpipe_fds[2] = {-1, -1};
+
+static void
+set_cloexec_nonblock(int fd)
+{
+	fcntl(fd, F_SETFD, FD_CLOEXEC);
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+/* Start the command for one waiting item. */
+bool
+item_start(Item *it)
+{
+	int			outp[2];
+	int			errp[2];
+	FILE	   *in;
+	pid_t		pid;
+	pid_t		parent;
+
+	in = tmpfile();
+	if (in == NULL || fputs(it->payload, in) == EOF || fflush(in) != 0 ||
+		fseek(in, 0, SEEK_SET) != 0)
+	{
+		log_msg("item %s: cannot stage the payload for the command: %s",
+				it->id, strerror(errno));
+		if (in)
+			fclose(in);
+		return false;
+	}
+	if (pipe(outp) != 0)
+	{
+		log_msg("item %s: pipe: %s", it->id, strerror(errno));
+		fclose(in);
+		return false;
+	}
+	if (pipe(errp) != 0)
+	{
+		log_msg("item %s: pipe: %s", it->id, strerror(errno));
+		close(outp[0]);
+		close(outp[1]);
+		fclose(in);
+		return false;
+	}
+
+	parent = getpid();
+	pid = fork();
+	if (pid < 0)
+	{
+		log_msg("item %s: fork: %s", it->id, strerror(errno));
+		close(outp[0]);
+		close(outp[1]);
+		close(errp[0]);
+		close(errp[1]);
+		fclose(in);
+		return false;
+	}
+	if (pid == 0)
+	{
+		char		num[24];
+		sigset_t	none;
+
+		setpgid(0, 0);
+		signal(SIGPIPE, SIG_DFL);
+		signal(SIGINT, SIG_DFL);
+		signal(SIGTERM, SIG_DFL);
+		signal(SIGHUP, SIG_DFL);
+		signal(SIGCHLD, SIG_DFL);
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		dup2(fileno(in), 0);
+		dup2(outp[1], 1);
+		dup2(errp[1], 2);
+		fclose(in);
+		close(outp[0]);
+		close(outp[1]);
+		close(errp[0]);
+		close(errp[1]);
+		setenv("QUEUE_ITEM_ID", it->id, 1);
+		setenv("QUEUE_LEASE_TOKEN", it->token, 1);
+		snprintf(num, sizeof(num), "%d", it->attempt);
+		setenv("QUEUE_ATTEMPT", num, 1);
+		snprintf(num, sizeof(num), "%d", it->max_attempts);
+		setenv("QUEUE_MAX_ATTEMPTS", num, 1);
+		setenv("QUEUE_NAME", opt.queue, 1);
+		setenv("QUEUE_WORKER", worker_name, 1);
+		/* the environment caps one string at 128 kB on Linux */
+		if (it->progress && strlen(it->progress) < 100 * 1024)
+			setenv("QUEUE_PROGRESS", it->progress, 1);
+		else
+			unsetenv("QUEUE_PROGRESS");
+#ifdef __linux__
+		/* if the worker dies (even by SIGKILL), its commands die too */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
+#endif
+		if (exec_argv)
+		{
+			execvp(exec_argv[0], exec_argv);
+			fprintf(stderr, "cannot run %s: %s\n", exec_argv[0], strerror(errno));
+			_exit(errno == ENOENT ? 127 : 126);
+		}
+		execl("/bin/sh", "sh", "-c", opt.exec, (char *) NULL);
+		fprintf(stderr, "cannot run /bin/sh: %s\n", strerror(errno));
+		_exit(127);
+	}
+
+	/* parent */
+	setpgid(pid, pid);			/* no race with the child's own call */
+	fclose(in);
+	close(outp[1]);
+	close(errp[1]);
+	set_cloexec_nonblock(outp[0]);
+	set_cloexec_nonblock(errp[0]);
+	it->pid = pid;
+	it->out_fd = outp[0];
+	it->err_fd = errp[0];
+	it->started_at = now_mono();
+	it->state = IT_RUNNING;
+	return true;
+}
+
+/* A complete stdout line: checkpoint or output. */
+static void
+item_stdout_line(Item *it, const char *line, size_t len)
+{
+	const char *p = line;
+
+	while (p < line + len && isspace((unsigned char) *p))
+		p++;
+	if (*p == '{' && len < LINE_CAP)
+	{
+		const char *q = json_ws(p + 1);
+
+		if (!strncmp(q, "\"checkpoint\"", 12))
+		{
+			char	   *copy = xmalloc(len + 1);
+
+			memcpy(copy, line, len);
+			copy[len] = '\0';
+			sanitize_utf8(copy, len);
+			if (json_valid(copy))
+			{
+				it->checkpoints = xrealloc(it->checkpoints,
+										   sizeof(char *) * (it->ncheckpoints + 1));
+				it->checkpoints[it->ncheckpoints++] = copy;
+				return;
+			}
+			free(copy);
+		}
+	}
+	buf_append(&it->out, line, len, STDOUT_CAP);
+	buf_append(&it->out, "\n", 1, STDOUT_CAP);
+	if (opt.verbose)
+		log_msg("item %s stdout: %.*s", it->id, (int) len, line);
+}
+
+/* Read what a child wrote; returns false at EOF. */
+bool
+item_read(Item *it, int *fdp, bool is_stdout)
+{
+	char		chunk[8192];
+	ssize_t		n;
+
+	for (;;)
+	{
+		n = read(*fdp, chunk, sizeof(chunk));
+		if (n > 0)
+		{
+			if (is_stdout)
+			{
+				const char *s = chunk;
+				const char *e = chunk + n;
+
+				while (s < e)
+				{
+					const char *nl = memchr(s, '\n', e - s);
+
+					if (nl == NULL)
+					{
+						buf_append(&it->line, s, e - s, SIZE_MAX);
+						if (it->line.len >= LINE_CAP)
+						{
+							/* too long for a checkpoint: plain output */
+							item_stdout_line(it, it->line.data, it->line.len);
+							it->line.len = 0;
+						}
+						break;
+					}
+					if (it->line.len > 0)
+					{
+						buf_append(&it->line, s, nl - s, SIZE_MAX);
+						item_stdout_line(it, it->line.data, it->line.len);
+						it->line.len = 0;
+					}
+					else
+						item_stdout_line(it, s, nl - s);
+					s = nl + 1;
+				}
+			}
+			else
+			{
+				buf_append_tail(&it->err, chunk, n, STDERR_CAP);
+				if (opt.verbose)
+					log_msg("item %s stderr: %.*s", it->id, (int) n, chunk);
+			}
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return true;
+		if (n < 0 && errno == EINTR)
+			continue;
+		/* EOF or error */
+		if (is_stdout && it->line.len > 0)
+		{
+			item_stdout_line(it, it->line.data, it->line.len);
+			it->line.len = 0;
+		}
+		close(*fdp);
+		*fdp = -1;
+		return false;
+	}
+}
+
+/* The last ERROR_LINES lines of stderr, trimmed. */
+static char *
+stderr_tail(Item *it)
+{
+	char	   *s;
+	size_t		len = it->err.len;
+	int			lines = 0;
+	size_t		start;
+
+	if (len == 0)
+		return xstrdup("");
+	s = it->err.data;
+	while (len > 0 && isspace((unsigned char) s[len - 1]))
+		len--;
+	start = len;
+	while (start > 0)
+	{
+		if (s[start - 1] == '\n' && ++lines >= ERROR_LINES)
+			break;
+		start--;
+	}
+	while (start < len && isspace((unsigned char) s[start]))
+		start++;
+	{
+		char	   *out = xmalloc(len - start + 1);
+
+		memcpy(out, s + start, len - start);
+		out[len - start] = '\0';
+		sanitize_utf8(out, len - start);
+		return out;
+	}
+}
+
+/*
+ * The error-code convention: when the last stderr line starts with a
+ * word of capitals, digits and underscores followed by a colon (for
+ * example "ERP_TIMEOUT: no answer in 30 s"), that word is the error_code.
+ */
+static char *
+error_code_of(const char *tail)
+{
+	const char *last = strrchr(tail, '\n');
+	const char *p;
+	size_t		n;
+
+	last = last ? last + 1 : tail;
+	while (isspace((unsigned char) *last))
+		last++;
+	p = last;
+	if (!(*p >= 'A' && *p <= 'Z'))
+		return NULL;
+	while ((*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_')
+		p++;
+	n = p - last;
+	if (*p != ':' || n < 2 || n > 63)
+		return NULL;
+	{
+		char	   *code = xmalloc(n + 1);
+
+		memcpy(code, last, n);
+		code[n] = '\0';
+		return code;
+	}
+}
+
+const char *
+signal_name(int sig)
+{
+	switch (sig)
+	{
+		case SIGKILL:
+			return "SIGKILL";
+		case SIGTERM:
+			return "SIGTERM";
+		case SIGINT:
+			return "SIGINT";
+		case SIGSEGV:
+			return "SIGSEGV";
+		case SIGABRT:
+			return "SIGABRT";
+		case SIGPIPE:
+			return "SIGPIPE";
+		case SIGHUP:
+			return "SIGHUP";
+		default:
+			return "signal";
+	}
+}
+
+/* The child exited and its pipes are closed: decide the report. */
+void
+item_decide(Item *it)
+{
+	char	   *tail = stderr_tail(it);
+	char		head[160];
+	int			st = it->wstatus;
+
+	it->finished_at = now_mono();
+	it->pid = 0;
+	it->state = IT_REPORT;
+
+	if (it->lost)
+	{
+		it->outcome = OUT_DROP;
+		free(tail);
+		return;
+	}
+	if (it->stopping)
+	{
+		it->outcome = OUT_RELEASE;
+		free(tail);
+		return;
+	}
+
+	if (it->timed_out)
+	{
+		it->outcome = OUT_TRANSIENT;
+		snprintf(head, sizeof(head), "command ran longer than --timeout %.0f s and was killed",
+				 opt.timeout);
+		it->error_code = xstrdup("WORKER_TIMEOUT");
+	}
+	else if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+	{
+		size_t		len = it->out.len;
+		char	   *s = it->out.data;
+
+		it->outcome = OUT_COMPLETE;
+		while (len > 0 && isspace((unsigned char) s[len - 1]))
+			len--;
+		if (len > 0)
+		{
+			s[len] = '\0';
+			sanitize_utf8(s, len);
+			if (!it->out.truncated && json_valid(s))
+			{
+				it->result = xstrdup(s);
+				it->result_json = true;
+			}
+			else
+			{
+				if (len > STDOUT_TEXT_CAP)
+				{
+					len = STDOUT_TEXT_CAP;
+					/* do not cut a UTF-8 sequence in half */
+					while (len > 0 && ((unsigned char) s[len] & 0xC0) == 0x80)
+						len--;
+					s[len] = '\0';
+				}
+				it->result = xstrdup(s);
+				it->result_json = false;
+			}
+		}
+		free(tail);
+		return;
+	}
+	else if (WIFEXITED(st) && WEXITSTATUS(st) == EXIT_TEMPFAIL)
+	{
+		it->outcome = OUT_TRANSIENT;
+		snprintf(head, sizeof(head), "command exited with status %d (temporary failure)",
+				 EXIT_TEMPFAIL);
+	}
+	else if (WIFEXITED(st))
+	{
+		it->outcome = OUT_PERMANENT;
+		snprintf(head, sizeof(head), "command exited with status %d", WEXITSTATUS(st));
+	}
+	else
+	{
+		int			sig = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+
+		it->outcome = OUT_PERMANENT;
+		snprintf(head, sizeof(head), "command killed by signal %d (%s)", sig, signal_name(sig));
+	}
+
+	if (it->error_code == NULL)
+		it->error_code = error_code_of(tail);
+	if (tail[0] == '\0')
+		it->error = xstrdup(head);
+	else if (it->timed_out || WIFSIGNALED(st))
+	{
+		it->error = xmalloc(strlen(head) + strlen(tail) + 2);
+		sprintf(it->error, "%s\n%s", head, tail);
+	}
+	else
+		it->error = xstrdup(tail);
+	free(tail);
+}
+static void
+on_signal(int sig)
+{
+	int			save = errno;
+	char		c = (char) sig;
+
+	if (write(sigpipe_fds[1], &c, 1) < 0)
+	{
+		/* pipe full: a wake-up is already pending */
+	}
+	errno = save;
+}
+
+void
+setup_signals(void)
+{
+	struct sigaction sa;
+
+	if (pipe(sigpipe_fds) != 0)
+	{
+		perror("pipe");
+		exit(1);
+	}
+	set_cloexec_nonblock(sigpipe_fds[0]);
+	set_cloexec_nonblock(sigpipe_fds[1]);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART;
+	sigaction(SIGCHLD, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);	/* a closed terminal: stop gracefully */
+	signal(SIGPIPE, SIG_IGN);
+}
+
+/* Kill the item's process group. */
+void
+item_kill(Item *it, int sig)
+{
+	if (it->pid > 0 && !it->reaped)
+	{
+		kill(-it->pid, sig);
+		kill(it->pid, sig);
+	}
+}
+
+void
+reap_children(void)
+{
+	pid_t		pid;
+	int			st;
+
+	while ((pid = waitpid(-1, &st, WNOHANG)) > 0)
+	{
+		for (int i = 0; i < nitems; i++)
+			if (items[i].state == IT_RUNNING && items[i].pid == pid)
+			{
+				items[i].reaped = true;
+				items[i].wstatus = st;
+				items[i].reaped_at = now_mono();
+				break;
+			}
+	}
+}

@@ -1,0 +1,601 @@
+/*-------------------------------------------------------------------------
+ *
+ * database.c
+ *		queue-worker's database side: connection, claims, leases, reports.
+ *
+ * One libpq connection, used synchronously from the main loop.  When it
+ * breaks, run_query drops it and every caller sees Q_RETRY; the loop
+ * calls try_connect later, with a growing delay, which LISTENs and
+ * registers the worker again.  Reports are sent with the item's lease
+ * token, so a report repeated after a reconnect is a harmless no-op.
+ *
+ * Every SQL statement is a constant string run with PQexecParams; values
+ * travel only as parameters.  The one exception is LISTEN, whose channel
+ * is an identifier: it is built from the validated queue name and quoted
+ * with PQescapeIdentifier.
+ *
+ * This file records what the server said on the item (lease lost,
+ * report accepted) and frees reported items; it starts no process.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "worker.h"
+
+PGconn	   *conn;
+static double next_connect;		/* when to try to reconnect */
+static double reconnect_delay = RECONNECT_MIN;
+
+static PGconn *open_connection(char *errbuf, size_t errlen);
+static void start_listening(void);
+static void register_worker(void);
+
+/*
+ * Run one parameterized statement.  On success returns Q_OK and the
+ * result in *res (caller clears it).  Connection failures and transient
+ * server states return Q_RETRY and drop the connection; other errors are
+ * logged and return Q_FAIL, with the SQLSTATE copied to sqlstate.
+ */
+QStatus
+run_query(const char *what, const char *sql, int nparams,
+		  const char *const *values, PGresult **res, char *sqlstate)
+{
+	PGresult   *r;
+	ExecStatusType st;
+	const char *state;
+
+	if (res)
+		*res = NULL;
+	if (sqlstate)
+		sqlstate[0] = '\0';
+	if (conn == NULL)
+		return Q_RETRY;
+
+	r = PQexecParams(conn, sql, nparams, NULL, values, NULL, NULL, 0);
+	st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+	if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
+	{
+		if (res)
+			*res = r;
+		else
+			PQclear(r);
+		return Q_OK;
+	}
+
+	state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+	if (sqlstate && state)
+		snprintf(sqlstate, 6, "%s", state);
+	if (PQstatus(conn) == CONNECTION_BAD || state == NULL ||
+		!strncmp(state, "08", 2) || !strncmp(state, "57P", 3) ||
+		!strncmp(state, "40", 2) || !strncmp(state, "53", 2))
+	{
+		char		msg[512];
+
+		snprintf(msg, sizeof(msg), "%s: %s", what,
+				 r ? PQresultErrorMessage(r) : PQerrorMessage(conn));
+		msg[strcspn(msg, "\n")] = '\0';
+		if (r)
+			PQclear(r);
+		if (PQstatus(conn) == CONNECTION_BAD || state == NULL ||
+			!strncmp(state, "08", 2) || !strncmp(state, "57P", 3))
+			disconnect(msg);
+		else
+			log_msg("%s (will retry)", msg);
+		return Q_RETRY;
+	}
+
+	{
+		const char *m = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+		const char *h = PQresultErrorField(r, PG_DIAG_MESSAGE_HINT);
+
+		log_msg("%s failed: %s (SQLSTATE %s)%s%s", what, m ? m : "?",
+				state, h ? "; hint: " : "", h ? h : "");
+	}
+	PQclear(r);
+	return Q_FAIL;
+}
+
+void
+disconnect(const char *why)
+{
+	if (conn == NULL)
+		return;
+	log_msg("lost the database connection (%s); reconnecting in %.1f s",
+			why, reconnect_delay);
+	PQfinish(conn);
+	conn = NULL;
+	next_connect = now_mono() + reconnect_delay;
+	reconnect_delay = fmin(reconnect_delay * 2, RECONNECT_MAX);
+}
+
+/* Server notices go to the log like everything else. */
+static void
+notice_to_log(void *arg, const char *message)
+{
+	char		msg[512];
+
+	(void) arg;
+	snprintf(msg, sizeof(msg), "%s", message);
+	msg[strcspn(msg, "\n")] = '\0';
+	log_msg("server: %s", msg);
+}
+
+static PGconn *
+open_connection(char *errbuf, size_t errlen)
+{
+	const char *keys[] = {"connect_timeout", "dbname", "fallback_application_name", NULL};
+	const char *vals[] = {"10", opt.dsn, "queue-worker", NULL};
+	PGconn	   *c = PQconnectdbParams(keys, vals, 1);
+
+	if (c == NULL || PQstatus(c) != CONNECTION_OK)
+	{
+		snprintf(errbuf, errlen, "%s", c ? PQerrorMessage(c) : "out of memory");
+		errbuf[strcspn(errbuf, "\n")] = '\0';
+		if (c)
+			PQfinish(c);
+		return NULL;
+	}
+	PQsetNoticeProcessor(c, notice_to_log, NULL);
+	return c;
+}
+
+/* LISTEN on queue_<name>; see the file header for why this is safe. */
+static void
+start_listening(void)
+{
+	char		channel[64];
+	char	   *ident;
+	char		sql[128];
+	PGresult   *r;
+
+	if (!opt.listen || conn == NULL)
+		return;
+	snprintf(channel, sizeof(channel), "queue_%s", opt.queue);
+	ident = PQescapeIdentifier(conn, channel, strlen(channel));
+	if (ident == NULL)
+		return;
+	snprintf(sql, sizeof(sql), "LISTEN %s", ident);
+	PQfreemem(ident);
+	r = PQexec(conn, sql);
+	if (PQresultStatus(r) != PGRES_COMMAND_OK)
+		log_msg("LISTEN failed, falling back to polling: %s", PQerrorMessage(conn));
+	PQclear(r);
+}
+
+static void
+register_worker(void)
+{
+	char		cap[16];
+	char		info[512];
+	char		host[128] = "";
+	const char *vals[4];
+	PGresult   *res;
+
+	gethostname(host, sizeof(host) - 1);
+	sanitize_utf8(host, strlen(host));
+	/* capacity: every item this worker may hold, running or waiting */
+	snprintf(cap, sizeof(cap), "%d", nitems);
+	/* host names are [A-Za-z0-9.-]; the rest are ours */
+	snprintf(info, sizeof(info),
+			 "{\"program\": \"queue-worker\", \"version\": \"%s\", \"host\": \"%s\", \"pid\": %d}",
+			 QW_VERSION, strpbrk(host, "\"\\") ? "?" : host, (int) getpid());
+	vals[0] = worker_name;
+	vals[1] = opt.queue;
+	vals[2] = cap;
+	vals[3] = info;
+	if (run_query("register_worker",
+				  "SELECT queue.register_worker($1, ARRAY[$2]::text[], $3::int, $4::jsonb)",
+				  4, vals, &res, NULL) == Q_OK)
+		PQclear(res);
+}
+
+bool
+try_connect(void)
+{
+	char		err[512];
+
+	conn = open_connection(err, sizeof(err));
+	if (conn == NULL)
+	{
+		log_msg("cannot connect to the database: %s; retrying in %.1f s",
+				err, reconnect_delay);
+		next_connect = now_mono() + reconnect_delay;
+		reconnect_delay = fmin(reconnect_delay * 2, RECONNECT_MAX);
+		return false;
+	}
+	log_msg("connected to the database again");
+	reconnect_delay = RECONNECT_MIN;
+	start_listening();
+	register_worker();
+	return conn != NULL;
+}
+
+
+/*
+ * Claim up to `want` items.  Returns the number claimed, or -1 when the
+ * claim could not be made (connection trouble or an error).
+ */
+int
+claim(int want, char *sqlstate)
+{
+	char		n[16];
+	const char *vals[4];
+	PGresult   *res;
+	int			got;
+	QStatus		qs;
+
+	snprintf(n, sizeof(n), "%d", want);
+	vals[0] = opt.queue;
+	vals[1] = worker_name;
+	vals[2] = n;
+	vals[3] = opt.lease;
+	qs = run_query("dequeue",
+				   "SELECT item_id, lease_token, payload, attempt, max_attempts,"
+				   " extract(epoch FROM lease_expires_at - clock_timestamp())::float8,"
+				   " progress"
+				   " FROM queue.dequeue($1, $2, $3::int, $4::interval)",
+				   4, vals, &res, sqlstate);
+	if (qs != Q_OK)
+		return -1;
+
+	got = PQntuples(res);
+	for (int r = 0; r < got; r++)
+	{
+		Item	   *it = item_slot();
+		double		left;
+
+		if (it == NULL)
+		{
+			/* cannot happen: we never ask for more than free slots */
+			log_msg("internal error: no free item slot");
+			break;
+		}
+		item_free(it);
+		it->state = IT_WAITING;
+		snprintf(it->id, sizeof(it->id), "%s", PQgetvalue(res, r, 0));
+		snprintf(it->token, sizeof(it->token), "%s", PQgetvalue(res, r, 1));
+		it->payload = xstrdup(PQgetvalue(res, r, 2));
+		it->attempt = atoi(PQgetvalue(res, r, 3));
+		it->max_attempts = atoi(PQgetvalue(res, r, 4));
+		if (!PQgetisnull(res, r, 6))
+			it->progress = xstrdup(PQgetvalue(res, r, 6));
+		left = PQgetisnull(res, r, 5) ? lease_secs : atof(PQgetvalue(res, r, 5));
+		it->claimed_at = now_mono();
+		it->lease_until = it->claimed_at + left;
+		it->next_extend = it->claimed_at + fmax(0.2, left / 3.0);
+		totals.claimed++;
+		log_msg("claimed item %s (attempt %d/%d)", it->id, it->attempt, it->max_attempts);
+	}
+	PQclear(res);
+	return got;
+}
+
+
+/* Send pending checkpoints.  Returns false when the connection failed. */
+bool
+item_send_checkpoints(Item *it)
+{
+	while (it->ncheckpoints > 0 && !it->lost)
+	{
+		const char *vals[4] = {opt.queue, it->id, it->token, it->checkpoints[0]};
+		PGresult   *res;
+		QStatus		qs;
+
+		qs = run_query("checkpoint",
+					   "SELECT queue.checkpoint($1, $2::bigint, $3::bigint,"
+					   " pg_catalog.jsonb_extract_path($4::jsonb, 'checkpoint'))",
+					   4, vals, &res, NULL);
+		if (qs == Q_RETRY)
+			return false;
+		if (qs == Q_OK)
+		{
+			bool		ok = !PQgetisnull(res, 0, 0) && PQgetvalue(res, 0, 0)[0] == 't';
+
+			PQclear(res);
+			if (ok)
+				log_msg("item %s checkpoint saved", it->id);
+			else if (!it->lost)
+			{
+				log_msg("item %s: lease lost (checkpoint refused); killing the command", it->id);
+				it->lost = true;
+				item_kill(it, SIGKILL);
+			}
+		}
+		free(it->checkpoints[0]);
+		memmove(it->checkpoints, it->checkpoints + 1,
+				sizeof(char *) * (it->ncheckpoints - 1));
+		it->ncheckpoints--;
+	}
+	return true;
+}
+
+/*
+ * Deliver an item's report.  Returns false if it must be retried after
+ * reconnecting; otherwise the item's slot is freed.
+ */
+bool
+item_report(Item *it)
+{
+	PGresult   *res = NULL;
+	QStatus		qs = Q_OK;
+	double		ran = it->started_at > 0 ? it->finished_at - it->started_at : 0;
+	char		sqlstate[6];
+
+	if (!item_send_checkpoints(it))
+		return false;
+
+	switch (it->outcome)
+	{
+		case OUT_DROP:
+			totals.lost++;
+			log_msg("item %s lost its lease after %.2f s; command killed, outcome not reported",
+					it->id, ran);
+			item_free(it);
+			return true;
+
+		case OUT_COMPLETE:
+			{
+				const char *vals[4] = {opt.queue, it->id, it->token, it->result};
+
+				if (it->result == NULL)
+					qs = run_query("complete",
+								   "SELECT queue.complete($1, $2::bigint, $3::bigint)",
+								   3, vals, &res, sqlstate);
+				else if (it->result_json)
+				{
+					qs = run_query("complete",
+								   "SELECT queue.complete($1, $2::bigint, $3::bigint, $4::jsonb)",
+								   4, vals, &res, sqlstate);
+					/* valid JSON the server still refuses: keep it as text */
+					if (qs == Q_FAIL && !strncmp(sqlstate, "22", 2))
+						it->result_json = false;
+				}
+				if (it->result != NULL && !it->result_json)
+					qs = run_query("complete",
+								   "SELECT queue.complete($1, $2::bigint, $3::bigint,"
+								   " pg_catalog.jsonb_build_object('stdout', $4::text))",
+								   4, vals, &res, sqlstate);
+				break;
+			}
+
+		case OUT_TRANSIENT:
+		case OUT_PERMANENT:
+			{
+				const char *vals[6] = {opt.queue, it->id, it->token, it->error,
+					it->error_code, it->outcome == OUT_PERMANENT ? "true" : "false"};
+
+				qs = run_query("fail",
+							   "SELECT queue.fail($1, $2::bigint, $3::bigint, $4, $5, $6::boolean)",
+							   6, vals, &res, sqlstate);
+				break;
+			}
+
+		case OUT_RELEASE:
+			{
+				const char *vals[3] = {opt.queue, it->id, it->token};
+
+				qs = run_query("release",
+							   "SELECT queue.release($1, $2::bigint, $3::bigint)",
+							   3, vals, &res, sqlstate);
+				break;
+			}
+
+		case OUT_NONE:
+			return true;
+	}
+
+	if (qs == Q_RETRY)
+		return false;
+	if (qs == Q_FAIL)
+	{
+		totals.unreported++;
+		log_msg("item %s: report dropped after an SQL error; its lease will expire and it will be retried",
+				it->id);
+		item_free(it);
+		return true;
+	}
+
+	{
+		bool		isnull = PQgetisnull(res, 0, 0);
+		const char *v = isnull ? "" : PQgetvalue(res, 0, 0);
+
+		switch (it->outcome)
+		{
+			case OUT_COMPLETE:
+				if (v[0] == 't')
+				{
+					totals.completed++;
+					log_msg("done item %s in %.2f s (attempt %d)", it->id, ran, it->attempt);
+				}
+				else
+				{
+					totals.stale++;
+					log_msg("item %s finished in %.2f s but its lease was no longer current; completion refused",
+							it->id, ran);
+				}
+				break;
+			case OUT_TRANSIENT:
+			case OUT_PERMANENT:
+				if (isnull)
+				{
+					totals.stale++;
+					log_msg("item %s failed in %.2f s but its lease was no longer current; failure not recorded",
+							it->id, ran);
+				}
+				else
+				{
+					char		first[200];
+
+					snprintf(first, sizeof(first), "%s", it->error);
+					first[strcspn(first, "\n")] = '\0';
+					if (!strcmp(v, "dead"))
+						totals.dead++;
+					else
+						totals.retrying++;
+					log_msg("failed item %s in %.2f s (attempt %d/%d, %s%s%s%s): %s",
+							it->id, ran, it->attempt, it->max_attempts,
+							it->outcome == OUT_PERMANENT ? "permanent" : "transient",
+							it->error_code ? ", " : "", it->error_code ? it->error_code : "",
+							!strcmp(v, "dead") ? ", now a dead letter" : ", will retry",
+							first);
+				}
+				break;
+			case OUT_RELEASE:
+				if (v[0] == 't')
+				{
+					totals.released++;
+					log_msg("released item %s", it->id);
+				}
+				else
+					log_msg("item %s: release refused (lease no longer current)", it->id);
+				break;
+			default:
+				break;
+		}
+	}
+	PQclear(res);
+	item_free(it);
+	return true;
+}
+
+/* Keep leases alive; returns false when the connection failed. */
+bool
+extend_leases(void)
+{
+	double		t = now_mono();
+
+	for (int i = 0; i < nitems; i++)
+	{
+		Item	   *it = &items[i];
+		const char *vals[4];
+		PGresult   *res;
+		QStatus		qs;
+
+		if ((it->state != IT_WAITING && it->state != IT_RUNNING) || it->lost ||
+			it->next_extend > t)
+			continue;
+		vals[0] = opt.queue;
+		vals[1] = it->id;
+		vals[2] = it->token;
+		vals[3] = opt.lease;
+		qs = run_query("extend_lease",
+					   "SELECT e IS NOT NULL, extract(epoch FROM e - clock_timestamp())::float8"
+					   " FROM queue.extend_lease($1, $2::bigint, $3::bigint, $4::interval) AS e",
+					   4, vals, &res, NULL);
+		if (qs == Q_RETRY)
+			return false;
+		if (qs == Q_FAIL)
+		{
+			it->next_extend = now_mono() + 1.0;
+			continue;
+		}
+		if (PQgetvalue(res, 0, 0)[0] == 't')
+		{
+			double		left = atof(PQgetvalue(res, 0, 1));
+
+			it->lease_until = now_mono() + left;
+			it->next_extend = now_mono() + fmax(0.2, left / 3.0);
+		}
+		else
+		{
+			log_msg("item %s: lease lost after %.2f s (someone else holds it now)",
+					it->id, now_mono() - it->claimed_at);
+			it->lost = true;
+			if (it->state == IT_WAITING)
+			{
+				totals.lost++;
+				item_free(it);
+			}
+			else
+				item_kill(it, SIGKILL);
+		}
+		PQclear(res);
+	}
+	return true;
+}
+
+/* Connect and check the extension, the queue and the lease. */
+void
+startup_checks(void)
+{
+	char		err[512];
+	PGresult   *res;
+	char		sqlstate[6];
+	const char *vals[2];
+	QStatus		qs;
+
+	conn = open_connection(err, sizeof(err));
+	if (conn == NULL)
+	{
+		fprintf(stderr, "%s: cannot connect to the database: %s\n"
+				"Check --dsn (for example --dsn 'host=db1 dbname=app user=bot') or the PG* environment variables.\n",
+				progname, err);
+		exit(1);
+	}
+
+	vals[0] = opt.queue;
+	qs = run_query("looking up the queue",
+				   "SELECT extract(epoch FROM lease_timeout)::float8, paused"
+				   " FROM queue.queues WHERE queue_name = $1",
+				   1, vals, &res, sqlstate);
+	if (qs != Q_OK)
+	{
+		if (!strcmp(sqlstate, "3F000") || !strcmp(sqlstate, "42P01"))
+			fprintf(stderr, "%s: the queue extension is not installed in this database\n"
+					"Run CREATE EXTENSION queue there, or point --dsn at the right database.\n", progname);
+		else if (!strcmp(sqlstate, "42501"))
+			fprintf(stderr, "%s: permission denied reading queue.queues\n"
+					"Grant the role queue_worker to the database user the worker connects as.\n", progname);
+		else
+			fprintf(stderr, "%s: cannot look up queue \"%s\"\n", progname, opt.queue);
+		exit(1);
+	}
+	if (PQntuples(res) == 0)
+	{
+		fprintf(stderr, "%s: queue \"%s\" does not exist\n"
+				"Create it with SELECT queue.create_queue('%s'), or check the spelling of --queue.\n",
+				progname, opt.queue, opt.queue);
+		exit(1);
+	}
+	lease_secs = PQgetisnull(res, 0, 0) ? 300.0 : atof(PQgetvalue(res, 0, 0));
+	PQclear(res);
+
+	if (opt.lease)
+	{
+		vals[0] = opt.lease;
+		qs = run_query("checking --lease",
+					   "SELECT extract(epoch FROM $1::interval)::float8", 1, vals, &res, sqlstate);
+		if (qs != Q_OK)
+		{
+			fprintf(stderr, "%s: invalid --lease \"%s\": give a PostgreSQL interval such as '5 min' or 30s\n",
+					progname, opt.lease);
+			exit(2);
+		}
+		lease_secs = atof(PQgetvalue(res, 0, 0));
+		PQclear(res);
+		if (lease_secs < 1.0)
+		{
+			fprintf(stderr, "%s: invalid --lease \"%s\": a lease must last at least 1 second\n",
+					progname, opt.lease);
+			exit(2);
+		}
+	}
+	if (opt.heartbeat == 0)
+		opt.heartbeat = fmin(10.0, fmax(0.5, lease_secs / 3.0));
+
+	start_listening();
+	register_worker();
+}
+
+/* When the loop should call try_connect again. */
+double
+reconnect_at(void)
+{
+	return next_connect;
+}
