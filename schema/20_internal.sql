@@ -84,27 +84,43 @@ END
 $$;
 COMMENT ON FUNCTION queue._event(text, bigint, text, text, int, jsonb) IS 'Records an event unless the queue''s audit level leaves it out';
 
--- Raise an alert unless one of that kind is open; new alerts NOTIFY queue_alerts.
+-- What alerts and pause reasons quote of a text that came from a caller
+-- (an error text may be a 64 kB stack trace): whitespace runs folded into
+-- one space, cut to p_max characters.
+CREATE FUNCTION queue._excerpt(p text, p_max int DEFAULT 200) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN pg_catalog.length(s) OPERATOR(pg_catalog.<=) p_max THEN s
+                ELSE pg_catalog.left(s, p_max OPERATOR(pg_catalog.-) 3) OPERATOR(pg_catalog.||) '...' END
+      FROM (SELECT pg_catalog.btrim(pg_catalog.regexp_replace(
+                       pg_catalog.left(p, 4 OPERATOR(pg_catalog.*) p_max), '\s+', ' ', 'g')) AS s) x
+$$;
+COMMENT ON FUNCTION queue._excerpt(text, int) IS 'A caller''s text as alerts quote it: whitespace folded, at most p_max characters';
+
+-- Raise an alert unless one of that kind is open.  A new alert sends
+-- NOTIFY queue_alerts with its id, queue and kind only: listeners read the
+-- row (as a role that may read the queue), and a payload that cannot grow
+-- never fails the caller (NOTIFY refuses payloads of 8000 bytes or more).
 CREATE FUNCTION queue._raise_alert(p_queue text, p_kind text, p_message text,
                                    p_details jsonb DEFAULT '{}')
 RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
-    v_row queue.alerts;
+    v_id bigint;
 BEGIN
     INSERT INTO queue.alerts (queue_name, kind, message, details)
-    VALUES (p_queue, p_kind, p_message, coalesce(p_details, '{}'))
+    VALUES (p_queue, p_kind, queue._excerpt(p_message, 1000), coalesce(p_details, '{}'))
     ON CONFLICT (queue_name, kind) WHERE cleared_at IS NULL DO NOTHING
-    RETURNING * INTO v_row;
-    IF v_row.alert_id IS NULL THEN
+    RETURNING alert_id INTO v_id;
+    IF v_id IS NULL THEN
         RETURN false;
     END IF;
-    PERFORM pg_notify('queue_alerts', row_to_json(v_row)::text);
+    PERFORM pg_notify('queue_alerts',
+                      json_build_object('alert_id', v_id, 'queue_name', p_queue, 'kind', p_kind)::text);
     RETURN true;
 END
 $$;
-COMMENT ON FUNCTION queue._raise_alert(text, text, text, jsonb) IS 'Raises an alert unless one of its kind is open; NOTIFY queue_alerts with the row';
+COMMENT ON FUNCTION queue._raise_alert(text, text, text, jsonb) IS 'Raises an alert unless one of its kind is open; NOTIFY queue_alerts with its id, queue and kind';
 
 CREATE FUNCTION queue._clear_alert(p_queue text, p_kind text)
 RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -265,7 +281,7 @@ BEGIN
         RETURN false;
     END IF;
 
-    SELECT coalesce(f.error_code, f.error), count(*) INTO v_top, v_top_n
+    SELECT queue._excerpt(coalesce(f.error_code, f.error)), count(*) INTO v_top, v_top_n
       FROM queue.failure_log f
      WHERE f.queue_name = p_queue AND f.at > v_from AND f.kind <> 'offline'
      GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 1;

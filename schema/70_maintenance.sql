@@ -98,11 +98,16 @@ BEGIN
                         WHERE f.queue_name = p_queue AND f.at > now() - interval '1 day'
                           AND f.worker = w.worker));
     IF v_workers IS NOT NULL THEN
+        -- a scale-down may take hundreds of bots offline at once: the
+        -- message names ten, the details a hundred, and both say how many
         PERFORM queue._raise_alert(p_queue, 'worker_offline',
-            format('queue %s: offline worker%s %s held its items', p_queue,
+            format('queue %s: offline worker%s %s%s held its items', p_queue,
                    CASE WHEN cardinality(v_workers) > 1 THEN 's' ELSE '' END,
-                   array_to_string(v_workers, ', ')),
-            jsonb_build_object('workers', to_jsonb(v_workers)));
+                   array_to_string(v_workers[1:10], ', '),
+                   CASE WHEN cardinality(v_workers) > 10
+                        THEN format(' and %s more', cardinality(v_workers) - 10) ELSE '' END),
+            jsonb_build_object('workers', to_jsonb(v_workers[1:100]),
+                               'offline', cardinality(v_workers)));
     ELSE
         PERFORM queue._clear_alert(p_queue, 'worker_offline');
     END IF;
