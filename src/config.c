@@ -14,7 +14,10 @@
  * by the very next call, as if the row had been read afresh.
  *
  * Time-dependent state (has the breaker's cooldown passed, did the probe's
- * lease run out) is kept as timestamps and judged at each call.
+ * lease run out) is kept as timestamps and judged at each call.  A
+ * worker's maintenance windows are kept as the answer for now and the
+ * instant it may next change, so that any number of windows costs one
+ * entry and one read per window boundary.
  *
  * src/config.c
  *
@@ -51,30 +54,40 @@ typedef struct ConfigEntry
 	TimestampTz probe_expires_at;
 } ConfigEntry;
 
-/* A cached worker: the gates dequeue applies to it. */
+/*
+ * A cached worker: the gates dequeue applies to it.  Of its maintenance
+ * windows only the answer for now is kept, with the instant it may change
+ * (the next start or end): any number of windows costs one entry, and the
+ * row is read again once that instant has come.
+ */
 #define WORKER_KEYLEN 128
-#define WORKER_MAX_WINDOWS 8
 typedef struct WorkerEntry
 {
 	char		worker[WORKER_KEYLEN];	/* hash key */
-	QueueWorkerGates gates;		/* draining, capacity, last_seen */
-	int			nwindows;		/* maintenance windows not yet over */
-	TimestampTz starts[WORKER_MAX_WINDOWS];
-	TimestampTz ends[WORKER_MAX_WINDOWS];
+	QueueWorkerGates gates;		/* draining, capacity, maintenance, last_seen */
+	TimestampTz valid_from;		/* the time the row was read at */
+	TimestampTz valid_until;	/* gates.in_maintenance may change from here */
 } WorkerEntry;
 
 static HTAB *config_cache = NULL;
 static HTAB *worker_cache = NULL;
 static SPIPlanPtr worker_plan = NULL;
 
+/*
+ * The worker's gates as of now(): inside a window, and when that answer
+ * may next change (the earliest end of a window around now or start of a
+ * later one; NULL when no window lies ahead).
+ */
 #define WORKER_SQL \
 	"SELECT w.draining, w.capacity IS NOT NULL, w.last_seen, " \
-	"       ARRAY(SELECT m.starts_at FROM queue.maintenance_window m " \
-	"              WHERE m.worker" OP("=") "$1 AND m.ends_at" OP(">") "pg_catalog.now() " \
-	"              ORDER BY m.starts_at LIMIT 9), " \
-	"       ARRAY(SELECT m.ends_at FROM queue.maintenance_window m " \
-	"              WHERE m.worker" OP("=") "$1 AND m.ends_at" OP(">") "pg_catalog.now() " \
-	"              ORDER BY m.starts_at LIMIT 9) " \
+	"       EXISTS (SELECT FROM queue.maintenance_window m " \
+	"                WHERE m.worker" OP("=") "$1 AND m.starts_at" OP("<=") "pg_catalog.now() " \
+	"                  AND m.ends_at" OP(">") "pg_catalog.now()), " \
+	"       (SELECT pg_catalog.min(CASE WHEN m.starts_at" OP(">") "pg_catalog.now() " \
+	"                                   THEN m.starts_at ELSE m.ends_at END) " \
+	"          FROM queue.maintenance_window m " \
+	"         WHERE m.worker" OP("=") "$1 AND m.ends_at" OP(">") "pg_catalog.now()), " \
+	"       pg_catalog.now() " \
 	"  FROM queue.worker_registry w WHERE w.worker" OP("=") "$1"
 static Oid	anchor_relid = InvalidOid;	/* queue.queue_config */
 static SPIPlanPtr config_plan = NULL;
@@ -276,7 +289,7 @@ queue_load_config(const char *queue_name, QueueConfig *cfg)
 	cfg->queue_name = pstrdup(queue_name);
 }
 
-/* Read a worker's row and open windows; false if the worker is unknown. */
+/* Read a worker's row and its gates now; false if the worker is unknown. */
 static bool
 load_worker(Datum worker, WorkerEntry *e)
 {
@@ -284,12 +297,7 @@ load_worker(Datum worker, WorkerEntry *e)
 	HeapTuple	tup;
 	TupleDesc	desc;
 	bool		isnull;
-	ArrayType  *starts;
-	ArrayType  *ends;
-	Datum	   *sv;
-	Datum	   *ev;
-	int			ns,
-				ne;
+	Datum		d;
 
 	queue_spi_exec(queue_prepare_cached(&worker_plan, WORKER_SQL, 1, argtypes),
 				   &worker, NULL, false, 1, SPI_OK_SELECT, "reading worker");
@@ -300,19 +308,10 @@ load_worker(Datum worker, WorkerEntry *e)
 	e->gates.draining = get_bool(tup, desc, 1);
 	e->gates.has_capacity = get_bool(tup, desc, 2);
 	e->gates.last_seen = DatumGetTimestampTz(SPI_getbinval(tup, desc, 3, &isnull));
-	starts = DatumGetArrayTypeP(SPI_getbinval(tup, desc, 4, &isnull));
-	ends = DatumGetArrayTypeP(SPI_getbinval(tup, desc, 5, &isnull));
-	deconstruct_array(starts, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
-					  &sv, NULL, &ns);
-	deconstruct_array(ends, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
-					  &ev, NULL, &ne);
-	/* more windows than we keep: -1 makes every call ask the table */
-	e->nwindows = (ns > WORKER_MAX_WINDOWS) ? -1 : Min(ns, ne);
-	for (int i = 0; i < e->nwindows; i++)
-	{
-		e->starts[i] = DatumGetTimestampTz(sv[i]);
-		e->ends[i] = DatumGetTimestampTz(ev[i]);
-	}
+	e->gates.in_maintenance = get_bool(tup, desc, 4);
+	d = SPI_getbinval(tup, desc, 5, &isnull);
+	e->valid_until = isnull ? DT_NOEND : DatumGetTimestampTz(d);
+	e->valid_from = DatumGetTimestampTz(SPI_getbinval(tup, desc, 6, &isnull));
 	return true;
 }
 
@@ -343,13 +342,14 @@ queue_load_worker(Datum worker, QueueWorkerGates *gates)
 	}
 	if (cacheable)
 		e = (WorkerEntry *) hash_search(worker_cache, name, HASH_FIND, &found);
-	if (!found || e->nwindows < 0)
+	/* a window began or ended since the row was read: read it again */
+	if (!found || now < e->valid_from || now >= e->valid_until)
 	{
 		if (!load_worker(worker, &fresh))
 			return false;
 		e = &fresh;
 		/* NB: the SPI statement may have dropped the cache meanwhile */
-		if (cacheable && worker_cache != NULL && fresh.nwindows >= 0)
+		if (cacheable && worker_cache != NULL)
 		{
 			e = (WorkerEntry *) hash_search(worker_cache, name, HASH_ENTER, &found);
 			memcpy(e, &fresh, sizeof(WorkerEntry));
@@ -357,12 +357,6 @@ queue_load_worker(Datum worker, QueueWorkerGates *gates)
 		}
 	}
 	*gates = e->gates;
-	gates->in_maintenance = false;
-	for (int i = 0; i < e->nwindows; i++)
-		if (e->starts[i] <= now && now < e->ends[i])
-			gates->in_maintenance = true;
-	if (e->nwindows < 0)
-		gates->in_maintenance = true;	/* conservative; see load_worker */
 	return true;
 }
 
