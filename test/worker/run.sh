@@ -378,6 +378,31 @@ if want usage; then
 	like "usage: --version" "$("$WORKER" --version)" '^queue-worker [0-9]'
 fi
 
+# -- case: text from the database reaches the terminal harmless ------------
+if want control; then
+	evil=$'bot\e]0;owned\a\e[2J'
+	sql "SELECT queue.create_queue('t_ctl')" >/dev/null
+	sql "SELECT queue.enqueue('t_ctl', '{}')" >/dev/null
+	timeout 60 "$WORKER" --dsn "$DSN" --queue t_ctl --name "$evil" --poll 200ms --max-items 1 \
+		--exec 'cat >/dev/null; printf "BAD_INPUT: \033]52;c;aGk=\007 rejected\n" >&2; exit 3' \
+		>"$LOG/ctl.out" 2>"$LOG/ctl.log"
+	is "control: the worker with an escape-laden name exits 0" "$?" 0
+	sql "SELECT queue.pause('t_ctl', E'deploy \\x1b]52;c;aGk=\\x07 \\u009b2J now')" >/dev/null
+	"$TOP" --dsn "$DSN" --once >"$LOG/ctl-top.out" 2>&1
+	is "control: queue-top --once exits 0" "$?" 0
+	# raw C0 controls other than newline, DEL, or UTF-8 encoded C1 controls
+	raw_controls() { LC_ALL=C grep -c $'[\x01-\x09\x0b-\x1f\x7f]\|\xc2[\x80-\x9f]' "$1"; }
+	is "control: queue-top prints no raw control characters" "$(raw_controls "$LOG/ctl-top.out")" 0
+	like "control: queue-top shows the worker name's escapes visibly" "$(cat "$LOG/ctl-top.out")" \
+		'bot\\x1b\]0;owned\\x07\\x1b\[2J'
+	like "control: queue-top shows the pause reason's OSC 52 and C1 visibly" "$(cat "$LOG/ctl-top.out")" \
+		'deploy \\x1b\]52;c;aGk=\\x07 \\u009b2J now'
+	is "control: the worker's log has no raw control characters" "$(raw_controls "$LOG/ctl.log")" 0
+	like "control: the worker's log shows them visibly" "$(cat "$LOG/ctl.log")" \
+		'bot\\x1b\]0;owned\\x07\\x1b\[2J: .*BAD_INPUT: \\x1b\]52;c;aGk=\\x07 rejected'
+	sql "SELECT queue.resume('t_ctl')" >/dev/null
+fi
+
 # -- case: queue-top --once ----------------------------------------------
 if want top; then
 	sql "SELECT queue.create_queue('t_top'); SELECT queue.enqueue('t_top', '{}'); SELECT queue.enqueue('t_top', '{}')" >/dev/null
