@@ -387,7 +387,7 @@ if want control; then
 		--exec 'cat >/dev/null; printf "BAD_INPUT: \033]52;c;aGk=\007 rejected\n" >&2; exit 3' \
 		>"$LOG/ctl.out" 2>"$LOG/ctl.log"
 	is "control: the worker with an escape-laden name exits 0" "$?" 0
-	sql "SELECT queue.pause('t_ctl', E'deploy \\x1b]52;c;aGk=\\x07 \\u009b2J now')" >/dev/null
+	sql "SELECT queue.pause('t_ctl', E'deploy \\x1b]52;c;aGk=\\x07 \\u009b2J now \\u202e')" >/dev/null
 	"$TOP" --dsn "$DSN" --once >"$LOG/ctl-top.out" 2>&1
 	is "control: queue-top --once exits 0" "$?" 0
 	# raw C0 controls other than newline, DEL, or UTF-8 encoded C1 controls
@@ -396,7 +396,7 @@ if want control; then
 	like "control: queue-top shows the worker name's escapes visibly" "$(cat "$LOG/ctl-top.out")" \
 		'bot\\x1b\]0;owned\\x07\\x1b\[2J'
 	like "control: queue-top shows the pause reason's OSC 52 and C1 visibly" "$(cat "$LOG/ctl-top.out")" \
-		'deploy \\x1b\]52;c;aGk=\\x07 \\u009b2J now'
+		'deploy \\x1b\]52;c;aGk=\\x07 \\u009b2J now \\u202e'
 	is "control: the worker's log has no raw control characters" "$(raw_controls "$LOG/ctl.log")" 0
 	like "control: the worker's log shows them visibly" "$(cat "$LOG/ctl.log")" \
 		'bot\\x1b\]0;owned\\x07\\x1b\[2J: .*BAD_INPUT: \\x1b\]52;c;aGk=\\x07 rejected'

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "libpq-fe.h"
+#include "sanitize.h"
 
 #ifndef QT_VERSION
 #define QT_VERSION "0.1.0"
@@ -91,7 +92,11 @@ frame_raw(Frame *f, const char *s, size_t n)
 	f->data[f->len] = '\0';
 }
 
-/* Append one line, cut to the terminal width (escape codes not counted). */
+/*
+ * Append one line, cut to the terminal width (escape codes not counted).
+ * The text is made harmless here, in one place: colours and cursor codes
+ * are added around it with frame_raw, never through the format.
+ */
 static void
 frame_line(Frame *f, const char *color, const char *fmt,...)
 	__attribute__((format(printf, 3, 4)));
@@ -99,14 +104,16 @@ frame_line(Frame *f, const char *color, const char *fmt,...)
 static void
 frame_line(Frame *f, const char *color, const char *fmt,...)
 {
-	char		buf[4096];
+	char		raw[4096];
+	char		buf[sizeof(raw) * TERM_SANITIZE_GROWTH];
 	va_list		ap;
 	size_t		n;
 
 	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
+	vsnprintf(raw, sizeof(raw), fmt, ap);
 	va_end(ap);
-	n = strlen(buf);
+	/* every value in a line may come from the database: show controls */
+	n = term_sanitize(buf, sizeof(buf), raw, strlen(raw));
 	if (f->width > 0 && n > (size_t) f->width)
 		n = f->width;
 	if (f->color && color)

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sanitize.h"
 #include "worker.h"
 
 PGconn	   *conn;
@@ -135,8 +136,10 @@ open_connection(char *errbuf, size_t errlen)
 
 	if (c == NULL || PQstatus(c) != CONNECTION_OK)
 	{
-		snprintf(errbuf, errlen, "%s", c ? PQerrorMessage(c) : "out of memory");
-		errbuf[strcspn(errbuf, "\n")] = '\0';
+		const char *m = c ? PQerrorMessage(c) : "out of memory";
+
+		/* the server's text, shown on a terminal at start */
+		term_sanitize(errbuf, errlen, m, strcspn(m, "\n"));
 		if (c)
 			PQfinish(c);
 		return NULL;

@@ -18,6 +18,7 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include "sanitize.h"
 #include "worker.h"
 
 double
@@ -37,15 +38,36 @@ log_msg(const char *fmt,...)
 	struct tm	tm;
 	char		stamp[32];
 
+	char		small[1024];
+	char	   *msg = small;
+	char	   *name;
+	char	   *safe;
+	int			n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(small, sizeof(small), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t) n >= sizeof(small))
+	{
+		msg = xmalloc(n + 1);
+		va_start(ap, fmt);
+		vsnprintf(msg, n + 1, fmt, ap);
+		va_end(ap);
+	}
+	name = term_sanitize_dup(worker_name, strlen(worker_name));
+	safe = term_sanitize_dup(msg, n);
+
 	gettimeofday(&tv, NULL);
 	localtime_r(&tv.tv_sec, &tm);
 	strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &tm);
-	fprintf(stderr, "%s.%03d %s %s: ", stamp, (int) (tv.tv_usec / 1000),
-			progname, worker_name[0] ? worker_name : "-");
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
+	fprintf(stderr, "%s.%03d %s %s: %s\n", stamp, (int) (tv.tv_usec / 1000),
+			progname, name && name[0] ? name : "-", safe ? safe : "(out of memory)");
+	free(safe);
+	free(name);
+	if (msg != small)
+		free(msg);
 }
 
 void
