@@ -50,6 +50,8 @@ DECLARE
     v_age interval;
     v_n bigint;
     v_workers text[];
+    v_kinds text[];
+    v_rule record;
 BEGIN
     SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
     IF NOT FOUND THEN
@@ -128,6 +130,20 @@ BEGIN
     ELSE
         PERFORM queue._clear_alert(p_queue, 'stalled_lease');
     END IF;
+
+    -- capacity_short and workers_idle: bots busy or bots idle
+    v_kinds := '{}';
+    FOR v_rule IN
+        SELECT r.kind, r.reason, r.details
+          FROM queue._capacity_rules(p_queue, s.queued, s.oldest_queued_age, s.processed_1h) r
+    LOOP
+        PERFORM queue._raise_alert(p_queue, v_rule.kind, format('queue %s: %s', p_queue, v_rule.reason),
+                                   v_rule.details);
+        v_kinds := v_kinds || v_rule.kind;
+    END LOOP;
+    PERFORM queue._clear_alert(p_queue, k.kind)
+       FROM unnest(ARRAY['capacity_short', 'workers_idle']) AS k(kind)
+      WHERE k.kind <> ALL (v_kinds);
 
     -- dead_letters: open while dead letters wait for a first review
     PERFORM 1 FROM queue.dead_letters d

@@ -222,6 +222,7 @@ DECLARE
     v_from timestamptz;
     v_failed bigint;
     v_ok bigint;
+    v_rule text;
 BEGIN
     reasons := '{}';
     SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
@@ -294,6 +295,15 @@ BEGIN
         END IF;
     END IF;
 
+    -- capacity: bots busy (capacity_short) or bots idle (workers_idle)
+    FOR v_rule IN
+        SELECT r.reason FROM queue._capacity_rules(p_queue, s.queued, s.oldest_queued_age,
+                                                   s.processed_1h) r
+    LOOP
+        v_level := greatest(v_level, 1);
+        reasons := reasons || v_rule;
+    END LOOP;
+
     IF c.paused THEN
         status := 'paused';
         reasons := format('paused: %s', coalesce(c.pause_reason, 'no reason given')) || reasons;
@@ -328,6 +338,185 @@ END
 $$;
 COMMENT ON FUNCTION queue.health(text)
     IS 'ok, warning, critical or paused with the reasons, for one queue or every queue the caller may read';
+
+-- ----------------------------------------------------------------------
+-- Capacity: desired_workers and the capacity rules of health and alerts
+-- ----------------------------------------------------------------------
+--
+-- An autoscaler (KEDA's PostgreSQL scaler, a dispatcher) asks how many
+-- workers a queue needs now: its claimable plus processing items, over
+-- the items one worker handles, bounded by what the claim gate lets out
+-- (max_in_flight, a pause, an open breaker; one probe while half-open, so
+-- that a fleet scaled to zero still runs the probe that closes it).
+--
+-- health() and sweep's alerts tell "queue deep, bots busy" from "queue
+-- deep, bots idle":
+--   * capacity_short: the oldest queued item is past half the sla and
+--     every live worker holding one of the queue's items is at capacity
+--     (holds as many current leases, in all queues, as its registered
+--     capacity, or one without a capacity; draining counts as full).
+--   * workers_idle: items have been claimable for queue._idle_after()
+--     while no live worker holds a current lease of the queue and nobody
+--     claimed, completed or failed one of its items in that time.
+-- Both are skipped while the claim gate is shut (paused, breaker open or
+-- half-open): then nobody should be claiming.  The expensive parts run
+-- only when the cheap condition on the oldest queued item holds.
+
+-- How long items may be claimable with nobody claiming before the queue's
+-- workers count as idle: a few of a bot's poll intervals.
+CREATE FUNCTION queue._idle_after() RETURNS interval
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$SELECT interval '1 min'$$;
+COMMENT ON FUNCTION queue._idle_after() IS 'Claimable this long with no claims: the queue''s workers are idle';
+
+-- What dequeue would hand out now, as a word: 'open', 'paused' (by an
+-- operator), 'breaker_open' (cooling down), 'half_open' (one probe).
+CREATE FUNCTION queue._claim_gate(c queue.queue_config)
+RETURNS text LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+BEGIN
+    RETURN CASE
+             WHEN c.breaker_state = 'probing' THEN 'half_open'
+             WHEN c.breaker_state = 'open' AND c.breaker_opened_at + c.breaker_cooldown <= now()
+               THEN 'half_open'
+             WHEN c.breaker_state = 'open' THEN 'breaker_open'
+             WHEN c.paused THEN 'paused'
+             ELSE 'open'
+           END;
+END
+$$;
+COMMENT ON FUNCTION queue._claim_gate(queue.queue_config)
+    IS 'Whether dequeue hands out items of a queue now: open, paused, breaker_open or half_open';
+
+CREATE FUNCTION queue.desired_workers(queue_name text, items_per_worker int DEFAULT 1)
+RETURNS int LANGUAGE plpgsql STABLE PARALLEL RESTRICTED SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text := queue._check_name(desired_workers.queue_name);
+    c queue.queue_config;
+    v_gate text;
+    v_demand bigint;
+BEGIN
+    IF desired_workers.items_per_worker IS NULL THEN
+        RAISE EXCEPTION 'items_per_worker must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF desired_workers.items_per_worker < 1 THEN
+        RAISE EXCEPTION 'items_per_worker must be at least 1, not %', desired_workers.items_per_worker
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass how many items one worker processes at once, for example its capacity.';
+    END IF;
+    PERFORM queue._check_access(v_name, 'reader');
+    SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = v_name;
+    v_gate := queue._claim_gate(c);
+    IF v_gate IN ('paused', 'breaker_open') THEN
+        RETURN 0;
+    END IF;
+    SELECT s.queued + s.processing INTO v_demand FROM queue._stats(v_name) s;
+    IF c.max_in_flight IS NOT NULL THEN
+        v_demand := least(v_demand, c.max_in_flight);
+    END IF;
+    IF v_gate = 'half_open' THEN
+        v_demand := least(v_demand, 1);     -- the probe
+    END IF;
+    RETURN least(ceil(v_demand::numeric / desired_workers.items_per_worker), 2147483647)::int;
+END
+$$;
+COMMENT ON FUNCTION queue.desired_workers(text, int)
+    IS 'Workers the queue needs now: claimable plus processing items over items_per_worker, within max_in_flight; 0 while paused or the breaker is open';
+
+-- The capacity rules of one queue (no access check): one row per rule
+-- that holds, with its reason (for health) and details (for the alert).
+-- The caller passes the queue's stats.
+CREATE FUNCTION queue._capacity_rules(p_queue text, p_queued bigint, p_oldest interval,
+                                      p_processed_1h bigint,
+                                      OUT kind text, OUT reason text, OUT details jsonb)
+RETURNS SETOF record LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    c queue.queue_config;
+    v_online timestamptz := now() - make_interval(secs => queue._worker_offline_after());
+    v_idle interval := queue._idle_after();
+    v_workers bigint;
+    v_full bigint;
+    v_needed bigint;
+BEGIN
+    SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
+    IF NOT FOUND OR queue._claim_gate(c) <> 'open' OR p_oldest IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- capacity_short: past half the sla, every live holder at capacity
+    IF c.sla IS NOT NULL AND p_oldest > c.sla * 0.5 THEN
+        SELECT count(*),
+               count(*) FILTER (WHERE r.draining OR h.held >= coalesce(r.capacity, 1))
+          INTO v_workers, v_full
+          FROM (SELECT DISTINCT i.worker FROM queue.item_live i
+                 WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
+                   AND i.lease_token IS NOT NULL AND i.lease_expires_at > now()) w
+          JOIN queue.worker_registry r ON r.worker = w.worker AND r.last_seen >= v_online
+         CROSS JOIN LATERAL (
+                SELECT count(*) AS held
+                  FROM queue.queue_config q
+                  JOIN queue.item_live i ON i.queue_name = q.queue_name AND i.worker = w.worker
+                 WHERE i.lease_token IS NOT NULL AND i.lease_expires_at > now()) h;
+        IF v_workers > 0 AND v_full = v_workers THEN
+            -- each worker's share of the last hour's rate, over the sla
+            IF p_processed_1h > 0 THEN
+                v_needed := ceil(p_queued::numeric * v_workers * 3600
+                                 / (p_processed_1h * extract(epoch FROM c.sla)));
+                v_needed := greatest(v_needed - v_workers, 1);
+            END IF;
+            kind := 'capacity_short';
+            reason := format('capacity short: all %s worker%s holding its items %s at capacity; %s',
+                             v_workers, CASE WHEN v_workers > 1 THEN 's' ELSE '' END,
+                             CASE WHEN v_workers > 1 THEN 'are' ELSE 'is' END,
+                             CASE WHEN v_needed IS NULL
+                                  THEN 'no item was processed in the last hour to size the shortfall'
+                                  ELSE format('about %s more worker%s would clear the %s queued item%s within the %s sla at the last hour''s rate',
+                                              v_needed, CASE WHEN v_needed > 1 THEN 's' ELSE '' END,
+                                              p_queued, CASE WHEN p_queued > 1 THEN 's' ELSE '' END,
+                                              queue._say_interval(c.sla))
+                             END);
+            details := jsonb_build_object('workers', v_workers, 'more_workers', v_needed,
+                                          'queued', p_queued, 'processed_1h', p_processed_1h,
+                                          'oldest_queued_age', extract(epoch FROM p_oldest),
+                                          'sla', extract(epoch FROM c.sla));
+            RETURN NEXT;
+        END IF;
+    END IF;
+
+    -- workers_idle: claimable for a while, nobody holding or claiming
+    IF p_oldest > v_idle
+       AND NOT EXISTS (SELECT 1 FROM queue.item_live i
+                        JOIN queue.worker_registry r ON r.worker = i.worker
+                       WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
+                         AND ((i.lease_token IS NOT NULL AND i.lease_expires_at > now()
+                               AND r.last_seen >= v_online)
+                              OR i.claimed_at > now() - v_idle))
+       AND NOT EXISTS (SELECT 1 FROM queue.item_done d
+                        WHERE d.queue_name = p_queue AND d.completed_at > now() - v_idle)
+       AND NOT EXISTS (SELECT 1 FROM queue.failure_log f
+                        WHERE f.queue_name = p_queue AND f.at > now() - v_idle
+                          AND f.kind IN ('transient', 'permanent'))
+    THEN
+        SELECT count(*) INTO v_workers FROM queue.worker_registry r
+         WHERE r.last_seen >= v_online AND NOT r.draining
+           AND (r.queues IS NULL OR p_queue = ANY (r.queues));
+        kind := 'workers_idle';
+        reason := format('workers idle: items have been claimable for %s and no worker claimed one in the last %s (%s)',
+                         queue._say_duration(p_oldest), queue._say_interval(v_idle),
+                         CASE WHEN v_workers = 0 THEN 'no worker is online'
+                              ELSE format('%s worker%s online', v_workers,
+                                          CASE WHEN v_workers > 1 THEN 's' ELSE '' END) END);
+        details := jsonb_build_object('queued', p_queued, 'online_workers', v_workers,
+                                      'oldest_queued_age', extract(epoch FROM p_oldest));
+        RETURN NEXT;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION queue._capacity_rules(text, bigint, interval, bigint)
+    IS 'The capacity_short and workers_idle rules of one queue that hold now, with reasons and details';
 
 -- ----------------------------------------------------------------------
 -- Prometheus

@@ -173,7 +173,8 @@ DECLARE
         'item(text, bigint)',
         'stats(text)',
         'health(text)',
-        'prometheus()'];
+        'prometheus()',
+        'desired_workers(text, integer)'];
     v_producer text[] := ARRAY[
         -- add work
         'enqueue(text, jsonb, integer, timestamp with time zone, text, timestamp with time zone, integer, text)',

@@ -87,6 +87,9 @@ SELECT * FROM queue.health('o_empty');
 -- case: oldest queued age past half the sla: warning; past 85 %: critical
 SELECT queue.create_queue('o_sla', sla => '10 min');
 SELECT queue.enqueue('o_sla', '{}') AS s1 \gset
+-- a completion just now: workers are at work, only the sla rule speaks
+INSERT INTO queue.item_done (queue_name, item_id, payload, attempts, enqueued_at, claimed_at, completed_at)
+VALUES ('o_sla', nextval('queue.item_id_seq'), '{}', 1, now(), now(), now());
 UPDATE queue.item_live SET visible_at = now() - interval '6 min' WHERE queue_name = 'o_sla' AND item_id = :s1;
 SELECT * FROM queue.health('o_sla');
 UPDATE queue.item_live SET visible_at = now() - interval '9 min' WHERE queue_name = 'o_sla' AND item_id = :s1;
