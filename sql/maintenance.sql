@@ -120,6 +120,9 @@ SELECT purged FROM queue.sweep() WHERE queue_name = 'm_ret';
 -- both cleared when the backlog is gone (NOTIFY: see test/t/051_listen.pl)
 SELECT queue.create_queue('m_alert', sla => '10 min', max_attempts => 1);
 SELECT queue.enqueue('m_alert', '{"k": "waiting"}') AS w1 \gset
+-- a completion just now: workers are at work (no workers_idle alert)
+INSERT INTO queue.item_done (queue_name, item_id, payload, attempts, enqueued_at, claimed_at, completed_at)
+VALUES ('m_alert', nextval('queue.item_id_seq'), '{}', 1, now(), now(), now());
 UPDATE queue.item_live SET visible_at = now() - interval '6 min'
  WHERE queue_name = 'm_alert' AND item_id = :w1;
 SELECT count(*) FROM queue.sweep() WHERE queue_name = 'm_alert';
