@@ -81,10 +81,14 @@ $(UPGRADE_built): $(UPGRADE_PARTS)
 
 all: $(DATA_built) tools
 
-.PHONY: tools install-tools test demo bench checkver
+.PHONY: tools tools-asan install-tools test demo bench checkver
 
 tools:
 	@for d in tools/*/; do [ ! -f $$d/Makefile ] || $(MAKE) -C $$d PG_CONFIG=$(PG_CONFIG) || exit 1; done
+
+# The tools again, under AddressSanitizer and UBSan, as tools/*/*-asan.
+tools-asan:
+	@for d in tools/*/; do [ ! -f $$d/Makefile ] || $(MAKE) -C $$d PG_CONFIG=$(PG_CONFIG) asan || exit 1; done
 
 install: install-tools
 install-tools: tools

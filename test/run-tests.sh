@@ -8,16 +8,18 @@
 #   2. isolation       test/specs/*.spec against test/expected/*.out
 #   3. TAP             test/t/*.pl (crash recovery, concurrency, faults)
 #   4. tools           test/worker/run.sh (queue-worker, queue-top)
+#   5. tools-asan      the same, against builds of the tools under
+#                      AddressSanitizer and UndefinedBehaviorSanitizer
 # initdb refuses to run as root, so as root the suites run as the postgres
 # OS user in a scratch copy of the tree.  Exits non-zero if any test
 # failed; failing diffs and logs are printed.
 #
-#   SUITES="regress isolation tap tools"   choose suites (default: all)
+#   SUITES="regress isolation tap tools tools-asan"   choose suites (default: all)
 
 set -u
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-SUITES=${SUITES:-"regress isolation tap tools"}
+SUITES=${SUITES:-"regress isolation tap tools tools-asan"}
 cd "$REPO"
 
 test/deps.sh || exit 1
@@ -74,7 +76,7 @@ run_suite() {
 			t_ok=$(grep -cE '^test/t/.* ok' "$log" || true)
 			t_bad=$(grep -cE '^test/t/.* (Failed|Dubious|No subtests)' "$log" || true)
 			passed=$((passed + t_ok)); failed=$((failed + t_bad)) ;;
-		tools)
+		tools | tools-asan)
 			t_ok=$(grep -cE '^ok ' "$log" || true)
 			t_bad=$(grep -cE '^not ok ' "$log" || true)
 			passed=$((passed + t_ok)); failed=$((failed + t_bad)) ;;
@@ -100,6 +102,13 @@ for s in $SUITES; do
 		isolation) run_suite isolation "${MK[@]}" REGRESS= TAP_TESTS= ;;
 		tap) run_suite tap "${MK[@]}" REGRESS= ISOLATION= ;;
 		tools) [ -x test/worker/run.sh ] && run_suite tools bash "$WORK/test/worker/run.sh" ;;
+		tools-asan)
+			make -s -C "$WORK" PG_CONFIG="$PG_CONFIG" tools-asan >/dev/null ||
+				{ echo "sanitizer build failed"; make -C "$WORK" PG_CONFIG="$PG_CONFIG" tools-asan; exit 1; }
+			[ "$WORK" != "$REPO" ] && chown -R postgres "$WORK/tools"
+			run_suite tools-asan env SANITIZED=1 \
+				WORKER="$WORK/tools/queue-worker/queue-worker-asan" TOP="$WORK/tools/queue-top/queue-top-asan" \
+				bash "$WORK/test/worker/run.sh" ;;
 		*) echo "unknown suite $s"; exit 2 ;;
 	esac
 done

@@ -4,6 +4,9 @@
 # tool's own .c files; default $(PROGRAM).c), then includes this file.
 # Every tool also links the shared code in tools/common/.
 #   make                 build ./$(PROGRAM)
+#   make asan            build ./$(PROGRAM)-asan under AddressSanitizer and
+#                        UndefinedBehaviorSanitizer (what `make test` runs
+#                        the tool tests with, a second time)
 #   make install         copy it to $(PG_CONFIG) --bindir (or BINDIR=...)
 #   make clean
 # The version is the extension's, read from queue.control (one place).
@@ -22,7 +25,7 @@ override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -D$(VERSION_MACRO)='"$(VERSI
 override CPPFLAGS += -I$(PG_INCLUDEDIR)
 LDLIBS = -L$(PG_LIBDIR) -lpq -lm
 
-.PHONY: all install clean
+.PHONY: all asan install clean
 
 all: $(PROGRAM)
 
@@ -34,9 +37,17 @@ override CPPFLAGS += -I$(TOOLS_DIR)common
 $(PROGRAM): $(SRCS) $(COMMON_SRCS) $(HEADERS)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(SRCS) $(COMMON_SRCS) $(LDFLAGS) $(LDLIBS)
 
+SANITIZE_FLAGS = -O1 -g -fno-omit-frame-pointer \
+	-fsanitize=address,undefined -fno-sanitize-recover=all
+
+asan: $(PROGRAM)-asan
+
+$(PROGRAM)-asan: $(SRCS) $(COMMON_SRCS) $(HEADERS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(SANITIZE_FLAGS) -o $@ $(SRCS) $(COMMON_SRCS) $(LDFLAGS) $(LDLIBS)
+
 install: $(PROGRAM)
 	install -d $(DESTDIR)$(BINDIR)
 	install -m 755 $(PROGRAM) $(DESTDIR)$(BINDIR)/$(PROGRAM)
 
 clean:
-	rm -f $(PROGRAM)
+	rm -f $(PROGRAM) $(PROGRAM)-asan

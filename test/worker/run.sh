@@ -4,6 +4,7 @@
 #
 #   test/worker/run.sh              run every case (about a minute)
 #   test/worker/run.sh sigterm      run the cases whose name contains "sigterm"
+#   SANITIZED=1 WORKER=... TOP=...  against sanitizer builds (make tools-asan)
 #
 # Needs the extension installed (make install) and the tools built (make).
 # Run as root, it re-runs itself as the postgres OS user, since initdb
@@ -13,14 +14,22 @@
 set -u
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
-WORKER="$REPO/tools/queue-worker/queue-worker"
-TOP="$REPO/tools/queue-top/queue-top"
+WORKER=${WORKER:-"$REPO/tools/queue-worker/queue-worker"}
+TOP=${TOP:-"$REPO/tools/queue-top/queue-top"}
+# SANITIZED=1 (with WORKER and TOP pointing at the *-asan builds): any
+# sanitizer report fails the run, and leaks are reported too.
+SANITIZED=${SANITIZED:-}
+if [ -n "$SANITIZED" ]; then
+	export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:exitcode=86}
+	export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:exitcode=86}
+fi
 PG_CONFIG=${PG_CONFIG:-pg_config}
 BINDIR=$($PG_CONFIG --bindir)
 
 if [ "$(id -u)" = 0 ]; then
 	[ -x "$WORKER" ] && [ -x "$TOP" ] || make -s -C "$REPO" tools >/dev/null || exit 1
-	exec runuser -u postgres -- env PG_CONFIG="$PG_CONFIG" KEEP_TMP="${KEEP_TMP:-}" bash "$0" "$@"
+	exec runuser -u postgres -- env PG_CONFIG="$PG_CONFIG" KEEP_TMP="${KEEP_TMP:-}" \
+		WORKER="$WORKER" TOP="$TOP" SANITIZED="$SANITIZED" bash "$0" "$@"
 fi
 for b in "$WORKER" "$TOP"; do
 	[ -x "$b" ] || { echo "Bail out! $b is not built; run make first"; exit 1; }
@@ -160,7 +169,7 @@ if want direct; then
 	chmod +x "$TMP/direct.sh"
 	worker t_direct direct1 --max-items 1 --exec "$TMP/direct.sh first-arg"
 	is "direct: the program gets its arguments and runs as the worker's child" \
-		"$(sql "SELECT result->>'arg' || ' ' || (result->>'parent') FROM queue.history WHERE queue_name = 't_direct'")" \
+		"$(sql "SELECT result->>'arg' || ' ' || left(result->>'parent', 12) FROM queue.history WHERE queue_name = 't_direct'")" \
 		"first-arg queue-worker"
 	worker t_direct direct2 --max-items 1 --exec "$TMP/no-such-program"
 	is "direct: a missing program is a permanent failure that says so" \
@@ -419,6 +428,26 @@ if want top; then
 	is "top: --once exits 1 when the database is unreachable" "$?" 1
 	"$TOP" --interval 0 >/dev/null 2>&1
 	is "top: a bad --interval exits 2" "$?" 2
+fi
+
+# -- case: stdout lines that end in whitespace at a read's end -----------
+if want jsonread; then
+	sql "SELECT queue.create_queue('t_jsonread')" >/dev/null
+	sql "SELECT queue.enqueue('t_jsonread', '{}') FROM generate_series(1, 3)" >/dev/null
+	# "{" then only newlines, in blocks the size of one read: the checkpoint
+	# test must not look past the bytes it was given
+	{ printf '{'; head -c 8191 /dev/zero | tr '\0' '\n'; } >"$TMP/brace.txt"
+	cat "$TMP/brace.txt" "$TMP/brace.txt" "$TMP/brace.txt" >"$TMP/braces.txt"
+	worker t_jsonread jsonread1 --max-items 3 --exec "cat >/dev/null; cat '$TMP/braces.txt'"
+	is "jsonread: worker exits 0" "$?" 0
+	is "jsonread: each item completed with its output as text" \
+		"$(sql "SELECT count(*) FROM queue.history WHERE queue_name = 't_jsonread' AND result ? 'stdout'")" 3
+fi
+
+if [ -n "$SANITIZED" ]; then
+	reports=$(grep -l -E 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$LOG"/* 2>/dev/null)
+	is "sanitizers: no report in any log" "$reports" ""
+	for r in $reports; do echo "# --- $r"; grep -A 30 -E 'Sanitizer|runtime error' "$r" | head -60 | sed 's/^/# /'; done
 fi
 
 echo "1..$T"

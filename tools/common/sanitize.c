@@ -94,7 +94,7 @@ term_sanitize(char *dst, size_t dstsize, const char *src, size_t srclen)
 	{
 		unsigned int cp = 0;
 		int			len = utf8_len(s + i, srclen - i, &cp);
-		char		esc[8];
+		char		esc[16];
 		const char *piece;
 		size_t		plen;
 
