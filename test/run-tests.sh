@@ -37,7 +37,7 @@ fi
 RUN_AS=()
 WORK="$REPO"
 if [ "$(id -u)" = 0 ]; then
-	WORK=$(mktemp -d /tmp/queue-test.XXXXXX)
+	WORK=$(mktemp -d "${TMPDIR:-/tmp}/queue-test.XXXXXX")
 	cp -a "$REPO/." "$WORK/"
 	chown -R postgres "$WORK"
 	RUN_AS=(runuser -u postgres --)
@@ -46,7 +46,7 @@ fi
 passed=0
 failed=0
 failed_suites=
-LOGDIR=$(mktemp -d /tmp/queue-test-logs.XXXXXX)
+LOGDIR=$(mktemp -d "${TMPDIR:-/tmp}/queue-test-logs.XXXXXX")
 chmod 777 "$LOGDIR"
 
 # Count "... ok" / "... FAILED" lines of pg_regress-style output.

@@ -157,30 +157,21 @@ item_start(Item *it)
 static void
 item_stdout_line(Item *it, const char *line, size_t len)
 {
-	const char *p = line;
-
-	while (p < line + len && isspace((unsigned char) *p))
-		p++;
-	if (*p == '{' && len < LINE_CAP)
+	if (len < LINE_CAP && json_object_starts_with_key(line, len, "checkpoint"))
 	{
-		const char *q = json_ws(p + 1);
+		char	   *copy = xmalloc(len + 1);
 
-		if (!strncmp(q, "\"checkpoint\"", 12))
+		memcpy(copy, line, len);
+		copy[len] = '\0';
+		sanitize_utf8(copy, len);
+		if (json_valid(copy))
 		{
-			char	   *copy = xmalloc(len + 1);
-
-			memcpy(copy, line, len);
-			copy[len] = '\0';
-			sanitize_utf8(copy, len);
-			if (json_valid(copy))
-			{
-				it->checkpoints = xrealloc(it->checkpoints,
-										   sizeof(char *) * (it->ncheckpoints + 1));
-				it->checkpoints[it->ncheckpoints++] = copy;
-				return;
-			}
-			free(copy);
+			it->checkpoints = xrealloc(it->checkpoints,
+									   sizeof(char *) * (it->ncheckpoints + 1));
+			it->checkpoints[it->ncheckpoints++] = copy;
+			return;
 		}
+		free(copy);
 	}
 	buf_append(&it->out, line, len, STDOUT_CAP);
 	buf_append(&it->out, "\n", 1, STDOUT_CAP);

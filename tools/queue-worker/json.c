@@ -6,7 +6,9 @@
  * It tells a JSON result from plain text and finds checkpoint lines; it
  * builds nothing.  The server parses the text again as jsonb, so this
  * only has to agree with jsonb on what is valid (jsonb refuses \u0000).
- * Every function reads a NUL-terminated string.
+ * Every function reads a NUL-terminated string, except
+ * json_object_starts_with_key, which reads only the counted slice it is
+ * given (a line inside a read buffer, not terminated).
  *
  *-------------------------------------------------------------------------
  */
@@ -18,7 +20,7 @@
 
 static const char *json_value(const char *p, int depth);
 
-const char *
+static const char *
 json_ws(const char *p)
 {
 	while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
@@ -158,4 +160,27 @@ json_valid(const char *s)
 	const char *p = json_value(s, 0);
 
 	return p != NULL && *json_ws(p) == '\0';
+}
+
+/*
+ * Does the slice s[0..len) start like a JSON object whose first key is
+ * `key`: optional whitespace, '{', whitespace, "key"?  Reads nothing
+ * beyond the slice.
+ */
+bool
+json_object_starts_with_key(const char *s, size_t len, const char *key)
+{
+	const char *p = s;
+	const char *end = s + len;
+	size_t		klen = strlen(key);
+
+	while (p < end && isspace((unsigned char) *p))
+		p++;
+	if (p >= end || *p++ != '{')
+		return false;
+	while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+		p++;
+	if ((size_t) (end - p) < klen + 2 || p[0] != '"' || p[klen + 1] != '"')
+		return false;
+	return memcmp(p + 1, key, klen) == 0;
 }

@@ -191,7 +191,7 @@ extern char **exec_argv;		/* --exec split into words, when it needs no shell */
 
 /* json.c */
 bool		json_valid(const char *s);
-const char *json_ws(const char *p);
+bool		json_object_starts_with_key(const char *s, size_t len, const char *key);
 
 /* database.c */
 void		startup_checks(void);
