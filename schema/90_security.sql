@@ -158,7 +158,7 @@ GRANT USAGE ON SCHEMA queue TO queue_admin, queue_producer, queue_worker, queue_
 -- Reading: the views (which filter by queue._can_read) and the
 -- observability tables (filtered by the policies below), for every role.
 GRANT SELECT ON queue.queues, queue.items, queue.history, queue.dead_letters,
-                queue.events, queue.alerts, queue.metrics_history
+                queue.events, queue.alerts, queue.metrics_history, queue.schedules
    TO queue_reader, queue_producer, queue_worker, queue_admin;
 
 -- Functions by role, by exact signature.  Objects defined by later topic

@@ -90,7 +90,10 @@ SELECT f.sig,
     ('enable_cron(text, text)'),
     ('disable_cron()'),
     ('grant_queue(text, name, text)'),
-    ('revoke_queue(text, name, text)')) AS f(sig)
+    ('revoke_queue(text, name, text)'),
+    ('schedule(text, text, text, jsonb, int, text, text)'),
+    ('unschedule(text, text)'),
+    ('run_schedules()')) AS f(sig)
  ORDER BY f.sig;
 
 -- case: nothing in the schema is executable by PUBLIC, and the only
