@@ -278,6 +278,7 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 	queue_check_not_null(PG_ARGISNULL(2), "lease_tokens");
 	ids = PG_GETARG_ARRAYTYPE_P(1);
 	toks = PG_GETARG_ARRAYTYPE_P(2);
+	queue_check_batch_length(ArrayGetNItems(ARR_NDIM(ids), ARR_DIMS(ids)), "item_ids");
 	if (ArrayGetNItems(ARR_NDIM(ids), ARR_DIMS(ids)) !=
 		ArrayGetNItems(ARR_NDIM(toks), ARR_DIMS(toks)))
 		ereport(ERROR,
@@ -317,6 +318,7 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 
 		for (int r = 0; r < ndone; r++)
 		{
+			CHECK_FOR_INTERRUPTS();
 			done_ids[r] = SPI_getbinval(tt->vals[r], tt->tupdesc, 1, &isnull);
 			keys[r] = SPI_getbinval(tt->vals[r], tt->tupdesc, 2, &key_nulls[r]);
 			attempts[r] = SPI_getbinval(tt->vals[r], tt->tupdesc, 3, &attempt_nulls[r]);

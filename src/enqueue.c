@@ -393,8 +393,12 @@ resolve_keys(SPIPlanPtr plan, Datum *values, int n, Datum *keys, bool *key_nulls
 	{
 		bool		isnull;
 		bool		found;
-		char	   *key = SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
-		KeyHolder  *h = hash_search(holders, &key, HASH_ENTER, &found);
+		char	   *key;
+		KeyHolder  *h;
+
+		CHECK_FOR_INTERRUPTS();
+		key = SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
+		h = hash_search(holders, &key, HASH_ENTER, &found);
 
 		h->key = key;
 		h->item_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
@@ -405,6 +409,7 @@ resolve_keys(SPIPlanPtr plan, Datum *values, int n, Datum *keys, bool *key_nulls
 		char	   *key;
 		KeyHolder  *h;
 
+		CHECK_FOR_INTERRUPTS();
 		if (ids[i] != 0 || key_nulls[i])
 			continue;
 		key = TextDatumGetCString(keys[i]);
@@ -458,12 +463,15 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("payloads must be a one-dimensional array")));
+	queue_check_batch_length(ArrayGetNItems(ARR_NDIM(payload_arr), ARR_DIMS(payload_arr)),
+							 "payloads");
 	deconstruct_array(payload_arr, JSONBOID, -1, false, TYPALIGN_INT,
 					  &payloads, &payload_nulls, &n);
 	for (int i = 0; i < n; i++)
 	{
 		char		argname[64];
 
+		CHECK_FOR_INTERRUPTS();
 		snprintf(argname, sizeof(argname), "payloads[%d]", i + 1);
 		queue_check_not_null(payload_nulls[i], argname);
 		queue_check_payload(payloads[i], argname);
@@ -577,17 +585,48 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 		}
 		else
 		{
+			/*
+			 * A hash of the ids that went in marks their positions; the
+			 * keys of the others (held by a live item, or repeated in the
+			 * batch) are looked up, alone, for their holders' ids.
+			 */
+			HASHCTL		ctl;
+			HTAB	   *went_in;
+			Datum	   *lost_keys = palloc(sizeof(Datum) * n);
+			int			nlost = 0;
+
+			ctl.keysize = sizeof(int64);
+			ctl.entrysize = sizeof(int64);
+			ctl.hcxt = CurrentMemoryContext;
+			went_in = hash_create("queue inserted ids", Max(ninserted, 1), &ctl,
+								  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 			for (uint64 r = 0; r < SPI_processed; r++)
 			{
 				int64		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
 															 SPI_tuptable->tupdesc, 1, &isnull));
 
-				for (int i = 0; i < n; i++)
-					if (to_insert[i] && DatumGetInt64(new_ids[i]) == id)
-						ids[i] = id;
+				CHECK_FOR_INTERRUPTS();
+				(void) hash_search(went_in, &id, HASH_ENTER, NULL);
 			}
 			for (int i = 0; i < n; i++)
-				to_insert[i] = to_insert[i] && ids[i] != 0;
+			{
+				int64		id = DatumGetInt64(new_ids[i]);
+
+				CHECK_FOR_INTERRUPTS();
+				if (!to_insert[i])
+					continue;
+				if (hash_search(went_in, &id, HASH_FIND, NULL) != NULL)
+					ids[i] = id;
+				else
+				{
+					to_insert[i] = false;
+					if (!key_nulls[i])
+						lost_keys[nlost++] = keys[i];
+				}
+			}
+			hash_destroy(went_in);
+			kvalues[1] = PointerGetDatum(construct_array(lost_keys, nlost, TEXTOID, -1,
+														 false, TYPALIGN_INT));
 			resolve_keys(queue_prepare_cached(&batch_holder_plan, BATCH_HOLDER_SQL, 2, ktypes),
 						 kvalues, n, keys, key_nulls, ids);
 			for (int i = 0; i < n; i++)

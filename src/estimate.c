@@ -36,6 +36,7 @@
 #include "access/relation.h"
 #include "catalog/namespace.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -139,13 +140,20 @@ middle_leaves(Relation irel, BTStack lo, BTStack hi, int *count)
 
 	for (int walked = 0; walked < ESTIMATE_MAX_PARENTS && blkno != P_NONE; walked++)
 	{
-		Buffer		buf = _bt_getbuf(irel, blkno, BT_READ);
-		Page		page = BufferGetPage(buf);
-		BTPageOpaque opaque = BTPageGetOpaque(page);
-		OffsetNumber from = P_FIRSTDATAKEY(opaque);
-		OffsetNumber to = PageGetMaxOffsetNumber(page);
+		Buffer		buf;
+		Page		page;
+		BTPageOpaque opaque;
+		OffsetNumber from;
+		OffsetNumber to;
 		bool		last = (blkno == hi->bts_blkno);
 
+		/* NB: between pages, never while a buffer is locked */
+		CHECK_FOR_INTERRUPTS();
+		buf = _bt_getbuf(irel, blkno, BT_READ);
+		page = BufferGetPage(buf);
+		opaque = BTPageGetOpaque(page);
+		from = P_FIRSTDATAKEY(opaque);
+		to = PageGetMaxOffsetNumber(page);
 		if (blkno == lo->bts_blkno)
 			from = lo->bts_offset + 1;
 		if (last)
@@ -239,15 +247,21 @@ btree_range_entries(Relation irel, Datum *lo, bool lo_incl, Datum *hi, bool hi_i
 		if (nleaves <= ESTIMATE_MAX_LEAF_READS)
 		{
 			for (int i = 0; i < nleaves; i++)
+			{
+				CHECK_FOR_INTERRUPTS();
 				n += whole_leaf_entries(irel, leaves[i]);
+			}
 		}
 		else
 		{
 			double		sampled = 0;
 
 			for (int i = 0; i < ESTIMATE_MAX_LEAF_READS; i++)
+			{
+				CHECK_FOR_INTERRUPTS();
 				sampled += whole_leaf_entries(irel,
 											  leaves[(int) ((i + 0.5) * nleaves / ESTIMATE_MAX_LEAF_READS)]);
+			}
 			n += sampled / ESTIMATE_MAX_LEAF_READS * nleaves;
 		}
 		pfree(leaves);

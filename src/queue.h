@@ -34,7 +34,8 @@
 #define QUEUE_NAME_MAXLEN		47
 #define QUEUE_PRIORITY_MIN		0
 #define QUEUE_PRIORITY_MAX		1000
-#define QUEUE_BATCH_MAX			10000
+#define QUEUE_BATCH_MAX			10000	/* dequeue's batch_size */
+#define QUEUE_BATCH_ARRAY_MAX	100000	/* elements of enqueue_batch, complete_batch */
 #define QUEUE_DEFAULT_PRIORITY	2
 
 /* GUC defaults. */
@@ -119,6 +120,7 @@ extern void queue_spi_finish(void);
 extern char *queue_check_name(Datum name_datum, bool isnull);
 extern void queue_check_not_null(bool isnull, const char *argname);
 extern void queue_check_priority(int32 priority);
+extern void queue_check_batch_length(int nelems, const char *argname);
 extern void queue_check_payload(Datum payload, const char *argname);
 extern void queue_check_positive_interval(Interval *iv, const char *argname);
 extern double queue_interval_seconds(const Interval *iv);

@@ -106,6 +106,23 @@ queue_check_priority(int32 priority)
 }
 
 /*
+ * queue_check_batch_length
+ *		A batch argument holds at most QUEUE_BATCH_ARRAY_MAX elements, so
+ *		that one call's work stays bounded.
+ */
+void
+queue_check_batch_length(int nelems, const char *argname)
+{
+	if (nelems > QUEUE_BATCH_ARRAY_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s has %d elements, more than the limit of %d",
+						argname, nelems, QUEUE_BATCH_ARRAY_MAX),
+				 errhint("Split the batch into calls of at most %d elements.",
+						 QUEUE_BATCH_ARRAY_MAX)));
+}
+
+/*
  * queue_check_payload
  *		A payload must be present and, stored, no larger than
  *		queue.max_payload_bytes (the size pg_column_size reports).
