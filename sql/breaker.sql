@@ -1,0 +1,79 @@
+-- The circuit breaker and the operator: who pauses, who resumes.
+\set VERBOSITY terse
+
+-- Helper: make an open breaker's cooldown pass (as if time went by).
+CREATE FUNCTION pg_temp.cooldown_over(q text) RETURNS void LANGUAGE sql AS $$
+    UPDATE queue.queue_config SET breaker_opened_at = now() - interval '1 h'
+     WHERE queue_name = q AND breaker_state = 'open'
+$$;
+
+-- case: operator before breaker: a manual pause keeps its reason when the
+-- breaker trips on the failures of items that were in flight
+SELECT queue.create_queue('b_op', breaker_threshold => 0.5, breaker_min_samples => 2,
+                          breaker_cooldown => '1 min', max_attempts => 9);
+SELECT count(*) FROM queue.enqueue_batch('b_op', array_fill('{}'::jsonb, ARRAY[4]));
+CREATE TEMP TABLE b_held AS SELECT item_id, lease_token FROM queue.dequeue('b_op', 'w1', batch_size => 2);
+SELECT queue.pause('b_op', 'ERP maintenance');
+SELECT queue.fail('b_op', item_id, lease_token, 'ERP down', 'ERP_DOWN') FROM b_held ORDER BY item_id;
+SELECT paused, pause_reason, paused_by, breaker_state, breaker_reason LIKE 'circuit breaker: 100% of 2 outcomes failed in 10 min, mostly ERP_DOWN (100%)' AS breaker_reason
+  FROM queue.queues WHERE queue_name = 'b_op';
+
+-- case: operator before breaker: no probe comes out of a manually paused queue
+SELECT pg_temp.cooldown_over('b_op');
+SELECT count(*) AS probes FROM queue.dequeue('b_op', 'w1');
+SELECT breaker_state FROM queue.queue_config WHERE queue_name = 'b_op';
+SELECT paused, pause_reason FROM queue.queues WHERE queue_name = 'b_op';
+
+-- case: operator before breaker: switching the breaker off closes it but
+-- keeps the manual pause
+SELECT queue.alter_queue('b_op', breaker_threshold => 0);
+SELECT paused, pause_reason, paused_by, breaker_state, breaker_reason FROM queue.queues WHERE queue_name = 'b_op';
+SELECT count(*) AS claimed_while_paused FROM queue.dequeue('b_op', 'w1');
+SELECT queue.resume('b_op');
+SELECT paused, pause_reason, paused_by, breaker_state FROM queue.queues WHERE queue_name = 'b_op';
+SELECT count(*) AS claimed_after_resume FROM queue.dequeue('b_op', 'w1');
+
+-- case: the breaker alone pauses with its own reason and resumes by its probe
+SELECT queue.create_queue('b_alone', breaker_threshold => 0.5, breaker_min_samples => 2,
+                          breaker_cooldown => '1 min', max_attempts => 9, backoff_base => '0 s');
+SELECT count(*) FROM queue.enqueue_batch('b_alone', array_fill('{}'::jsonb, ARRAY[4]));
+SELECT queue.fail('b_alone', item_id, lease_token, 'ERP down', 'ERP_DOWN')
+  FROM queue.dequeue('b_alone', 'w1', batch_size => 2) ORDER BY item_id;
+SELECT paused, pause_reason LIKE 'circuit breaker: %' AS breaker_text, paused_by, breaker_state
+  FROM queue.queues WHERE queue_name = 'b_alone';
+SELECT (queue.stats('b_alone')).paused AS stats_paused;
+SELECT status FROM queue.health('b_alone');
+SELECT count(*) AS before_cooldown FROM queue.dequeue('b_alone', 'w1');
+SELECT pg_temp.cooldown_over('b_alone');
+SELECT breaker_state FROM queue.queues WHERE queue_name = 'b_alone';
+SELECT queue.complete('b_alone', item_id, lease_token) AS probe_done FROM queue.dequeue('b_alone', 'w1', batch_size => 5);
+SELECT paused, pause_reason, paused_by, breaker_state FROM queue.queues WHERE queue_name = 'b_alone';
+SELECT kind, details->>'by' AS by FROM queue.events
+ WHERE queue_name = 'b_alone' AND item_id IS NULL ORDER BY event_id;
+
+-- case: operator before breaker: a pause during the half-open probe holds;
+-- the probe's success closes the breaker but does not resume the queue
+SELECT queue.fail('b_alone', item_id, lease_token, 'ERP down', 'ERP_DOWN')
+  FROM queue.dequeue('b_alone', 'w1', batch_size => 2) ORDER BY item_id;
+SELECT breaker_state FROM queue.queues WHERE queue_name = 'b_alone';
+SELECT pg_temp.cooldown_over('b_alone');
+CREATE TEMP TABLE b_probe AS SELECT item_id, lease_token FROM queue.dequeue('b_alone', 'w1');
+SELECT count(*) AS probes FROM b_probe;
+SELECT queue.pause('b_alone', 'ERP upgrade');
+SELECT queue.complete('b_alone', item_id, lease_token) FROM b_probe;
+SELECT paused, pause_reason, paused_by, breaker_state FROM queue.queues WHERE queue_name = 'b_alone';
+SELECT count(*) AS claimed_while_paused FROM queue.dequeue('b_alone', 'w1');
+SELECT queue.resume('b_alone');
+
+-- case: the breaker reason in the breaker_open alert is the breaker's, not the pause's
+SELECT queue.create_queue('b_alert', breaker_threshold => 0.5, breaker_min_samples => 2, max_attempts => 9);
+SELECT count(*) FROM queue.enqueue_batch('b_alert', array_fill('{}'::jsonb, ARRAY[2]));
+CREATE TEMP TABLE b_held2 AS SELECT item_id, lease_token FROM queue.dequeue('b_alert', 'w1', batch_size => 2);
+SELECT queue.pause('b_alert', 'nightly');
+SELECT count(*) FROM (SELECT queue.fail('b_alert', item_id, lease_token, 'boom', 'BOOM') FROM b_held2) f;
+SELECT count(*) FROM queue.sweep() WHERE queue_name = 'b_alert';
+SELECT kind, message LIKE 'circuit breaker: %' AS breaker_text FROM queue.alerts
+ WHERE queue_name = 'b_alert' AND cleared_at IS NULL ORDER BY kind;
+SELECT status, reasons[1] FROM queue.health('b_alert');
+
+SELECT queue.drop_queue(q, force => true) FROM unnest('{b_op,b_alone,b_alert}'::text[]) q;
