@@ -21,6 +21,7 @@ OBJS = \
 	src/enqueue.o \
 	src/dequeue.o \
 	src/ack.o \
+	src/breaker.o \
 	src/notify.o \
 	src/estimate.o
 

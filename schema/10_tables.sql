@@ -1,6 +1,7 @@
 -- Tables.
 --
--- queue_config      one row per queue: settings, pause and breaker state
+-- queue_config      one row per queue: settings, the operator's pause, the
+--                   breaker's state
 -- item_live         items that are queued, scheduled, on hold or processing
 -- item_done         processed items (the history), until retention
 -- dead_letters      dead items with their error history and review status
@@ -39,16 +40,18 @@ CREATE TABLE queue.queue_config (
     breaker_window      interval    NOT NULL,
     breaker_min_samples int         NOT NULL,
     breaker_cooldown    interval    NOT NULL,
-    -- state
+    -- the operator's pause (pause/resume); the breaker never touches it
     paused              boolean     NOT NULL DEFAULT false,
     pause_reason        text,
     paused_at           timestamptz,
+    -- the circuit breaker's state (25_breaker.sql, src/breaker.c)
     breaker_state       text        NOT NULL DEFAULT 'closed'
                         CHECK (breaker_state IN ('closed', 'open', 'probing')),
     breaker_opened_at   timestamptz,
     breaker_since       timestamptz NOT NULL DEFAULT '-infinity',
     probe_item_id       bigint,
     probe_expires_at    timestamptz,
+    breaker_reason      text,                   -- why it opened
     -- per-queue grants exist for this access kind (see queue_grant)
     restrict_reader     boolean     NOT NULL DEFAULT false,
     restrict_producer   boolean     NOT NULL DEFAULT false,

@@ -230,9 +230,12 @@ BEGIN
         UPDATE queue.item_live i SET priority = i.base_priority
          WHERE i.queue_name = v_name AND i.priority <> i.base_priority;
     END IF;
-    -- a queue without a breaker cannot stay paused by one
-    IF c.breaker_threshold IS NULL AND c.breaker_state <> 'closed' THEN
-        PERFORM queue.resume(v_name);
+    -- a queue without a breaker cannot stay paused by one; the
+    -- operator's pause stays (operator before breaker)
+    IF c.breaker_threshold IS NULL AND queue._breaker_close(v_name, jsonb_build_object('by', 'alter_queue'))
+       AND NOT c.paused THEN
+        PERFORM queue._event(v_name, NULL, 'resumed', NULL, NULL,
+                             jsonb_build_object('by', 'alter_queue'));
     END IF;
 END
 $$;
@@ -310,12 +313,14 @@ SELECT c.queue_name, c.lease_timeout, c.max_attempts, c.backoff_base, c.backoff_
        c.backoff_max, c.backoff_jitter, c.item_ttl, c.dedup_window, c.priority_aging,
        c.max_in_flight, c.retention, c.sla, c.notify, c.audit, c.breaker_threshold,
        c.breaker_window, c.breaker_min_samples, c.breaker_cooldown,
-       c.paused, c.pause_reason, c.paused_at,
+       p.paused, p.pause_reason, p.paused_at,
        CASE WHEN c.breaker_state = 'probing' THEN 'half_open'
             WHEN c.breaker_state = 'open' AND c.breaker_opened_at + c.breaker_cooldown <= now()
               THEN 'half_open'
             ELSE c.breaker_state END AS breaker_state,
-       c.created_at
+       c.created_at,
+       p.paused_by, c.breaker_reason, c.breaker_opened_at
   FROM queue.queue_config c
+ CROSS JOIN LATERAL queue._pause_state(c) p
  WHERE queue._can_read(c.queue_name);
-COMMENT ON VIEW queue.queues IS 'Every queue the caller may read, with its settings and pause state';
+COMMENT ON VIEW queue.queues IS 'Every queue the caller may read, with its settings, pause (operator first, else breaker) and breaker state';

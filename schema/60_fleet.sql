@@ -26,22 +26,13 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text := queue._check_name(resume.queue_name);
-    v_state text;
 BEGIN
     PERFORM queue._check_access(v_name, 'reader');
-    SELECT c.breaker_state INTO v_state FROM queue.queue_config c
-     WHERE c.queue_name = v_name FOR UPDATE;
-    -- a manual resume closes the breaker and forgets earlier outcomes
     UPDATE queue.queue_config c
-       SET paused = false, pause_reason = NULL, paused_at = NULL,
-           breaker_state = 'closed', breaker_opened_at = NULL, breaker_since = now(),
-           probe_item_id = NULL, probe_expires_at = NULL
+       SET paused = false, pause_reason = NULL, paused_at = NULL
      WHERE c.queue_name = v_name;
-    IF v_state <> 'closed' THEN
-        PERFORM queue._event(v_name, NULL, 'breaker_closed', NULL, NULL,
-                             jsonb_build_object('by', session_user));
-        PERFORM queue._clear_alert(v_name, 'breaker_open');
-    END IF;
+    -- a manual resume also closes the breaker and forgets earlier outcomes
+    PERFORM queue._breaker_close(v_name, jsonb_build_object('by', session_user));
     PERFORM queue._event(v_name, NULL, 'resumed', NULL, NULL,
                          jsonb_build_object('by', session_user));
 END

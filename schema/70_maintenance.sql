@@ -83,7 +83,7 @@ BEGIN
     -- breaker_open: raised by the breaker itself; closed by probe or resume
     IF c.breaker_state <> 'closed' THEN
         PERFORM queue._raise_alert(p_queue, 'breaker_open',
-                                   coalesce(c.pause_reason, 'circuit breaker open'),
+                                   coalesce(c.breaker_reason, 'circuit breaker open'),
                                    jsonb_build_object('opened_at', c.breaker_opened_at));
     ELSE
         PERFORM queue._clear_alert(p_queue, 'breaker_open');

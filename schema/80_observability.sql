@@ -69,7 +69,9 @@ DECLARE
     v_prios int[];
     v_between bigint;
 BEGIN
-    SELECT c.paused INTO paused FROM queue.queue_config c WHERE c.queue_name = p_queue;
+    SELECT p.paused INTO paused
+      FROM queue.queue_config c CROSS JOIN LATERAL queue._pause_state(c) p
+     WHERE c.queue_name = p_queue;
 
     -- the priorities present: one index probe per priority
     WITH RECURSIVE pr(p) AS (
@@ -214,6 +216,7 @@ AS $$
 DECLARE
     c queue.queue_config;
     s record;
+    v_pause record;
     v_level int := 0;      -- 0 ok, 1 warning, 2 critical
     v_n bigint;
     v_items bigint;
@@ -281,10 +284,8 @@ BEGIN
     -- failure rate over half the breaker threshold, counted as the breaker does
     IF c.breaker_threshold IS NOT NULL THEN
         v_from := greatest(now() - c.breaker_window, c.breaker_since);
-        SELECT count(*) INTO v_failed FROM queue.failure_log f
-         WHERE f.queue_name = p_queue AND f.at > v_from AND f.kind <> 'offline';
-        SELECT count(*) INTO v_ok FROM queue.item_done d
-         WHERE d.queue_name = p_queue AND d.completed_at > v_from;
+        SELECT o.failed, o.outcomes - o.failed INTO v_failed, v_ok
+          FROM queue._breaker_outcomes(p_queue, v_from, 0) o;
         IF v_failed + v_ok >= c.breaker_min_samples
            AND v_failed::float8 / (v_failed + v_ok) > c.breaker_threshold / 2 THEN
             v_level := greatest(v_level, 1);
@@ -304,9 +305,10 @@ BEGIN
         reasons := reasons || v_rule;
     END LOOP;
 
-    IF c.paused THEN
+    SELECT * INTO v_pause FROM queue._pause_state(c) p;
+    IF v_pause.paused THEN
         status := 'paused';
-        reasons := format('paused: %s', coalesce(c.pause_reason, 'no reason given')) || reasons;
+        reasons := format('paused: %s', coalesce(v_pause.pause_reason, 'no reason given')) || reasons;
     ELSE
         status := (ARRAY['ok', 'warning', 'critical'])[v_level + 1];
     END IF;

@@ -13,8 +13,8 @@
  *
  * complete() moves the row to item_done in one DELETE ... RETURNING feeding
  * an INSERT.  fail() decides between a retry with backoff and a dead
- * letter; dead-lettering and breaker bookkeeping are SQL functions
- * (queue._bury, queue._breaker_*), off the common path.
+ * letter; dead-lettering is an SQL function (queue._bury), off the common
+ * path, and every outcome is reported to the breaker (breaker.c).
  *
  * src/ack.c
  *
@@ -48,14 +48,11 @@ static SPIPlanPtr complete_batch_plan = NULL;
 static SPIPlanPtr dedup_done_plan = NULL;
 static SPIPlanPtr dedup_done_batch_plan = NULL;
 static SPIPlanPtr completed_events_plan = NULL;
-static SPIPlanPtr probe_done_plan = NULL;
 static SPIPlanPtr fail_lock_plan = NULL;
 static SPIPlanPtr failure_log_plan = NULL;
 static SPIPlanPtr retry_plan = NULL;
 static SPIPlanPtr bury_plan = NULL;
-static SPIPlanPtr breaker_plan = NULL;
 static SPIPlanPtr release_plan = NULL;
-static SPIPlanPtr probe_back_plan = NULL;
 static SPIPlanPtr extend_plan = NULL;
 static SPIPlanPtr checkpoint_plan = NULL;
 
@@ -103,9 +100,6 @@ static SPIPlanPtr checkpoint_plan = NULL;
 	"  FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.int8[]), pg_catalog.unnest($3::pg_catalog.text[]), " \
 	"                  pg_catalog.unnest($4::pg_catalog.int4[])) AS u(i, w, a)"
 
-#define PROBE_DONE_SQL \
-	"SELECT queue._breaker_probe_done($1, $2, $3)"
-
 #define FAIL_LOCK_SQL \
 	"SELECT attempt, max_attempts, worker FROM queue.item_live " \
 	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
@@ -130,9 +124,6 @@ static SPIPlanPtr checkpoint_plan = NULL;
 #define BURY_SQL \
 	"SELECT queue._bury($1, $2, $3, $4, $5)"
 
-#define BREAKER_SQL \
-	"SELECT queue._breaker_check($1)"
-
 #define RELEASE_SQL \
 	"UPDATE queue.item_live " \
 	"   SET lease_token = NULL, lease_expires_at = NULL, worker = NULL, " \
@@ -142,14 +133,6 @@ static SPIPlanPtr checkpoint_plan = NULL;
 	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
 	"   AND lease_token" OP("=") "$3 " \
 	"RETURNING attempt"
-
-#define PROBE_BACK_SQL \
-	"UPDATE queue.queue_config SET breaker_state = 'open', probe_item_id = NULL, " \
-	"       probe_expires_at = NULL, " \
-	"       breaker_opened_at = least(breaker_opened_at, " \
-	"                             pg_catalog.now()" OP("-") "breaker_cooldown) " \
-	" WHERE queue_name" OP("=") "$1 AND breaker_state" OP("=") "'probing' " \
-	"   AND probe_item_id" OP("=") "$2"
 
 #define EXTEND_SQL \
 	"UPDATE queue.item_live " \
@@ -181,22 +164,6 @@ begin_lease_call(FunctionCallInfo fcinfo, QueueConfig *cfg)
 	queue_load_config(queue_name, cfg);
 	queue_check_access(cfg, QUEUE_ACCESS_WORKER);
 	return queue_name;
-}
-
-/* A finished probe decides the breaker (success closes, failure re-opens). */
-static void
-settle_probe(const QueueConfig *cfg, Datum qname, int64 item_id, bool success)
-{
-	Oid			t[3] = {TEXTOID, INT8OID, BOOLOID};
-	Datum		v[3];
-
-	if (cfg->breaker_state != 'p' || cfg->probe_item_id != item_id)
-		return;
-	v[0] = qname;
-	v[1] = Int64GetDatum(item_id);
-	v[2] = BoolGetDatum(success);
-	queue_spi_exec(queue_prepare_cached(&probe_done_plan, PROBE_DONE_SQL, 3, t),
-				   v, NULL, false, 0, SPI_OK_SELECT, "settling breaker probe");
 }
 
 /*
@@ -248,7 +215,7 @@ queue_complete(PG_FUNCTION_ARGS)
 		}
 		queue_log_event(queue_name, cfg.audit, DatumGetInt64(values[1]), "completed",
 						worker, attempts, NULL);
-		settle_probe(&cfg, values[0], DatumGetInt64(values[1]), true);
+		queue_breaker_outcome(&cfg, values[0], DatumGetInt64(values[1]), true);
 	}
 	queue_spi_finish();
 	PG_RETURN_BOOL(done);
@@ -353,7 +320,7 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 						   ev, NULL, false, 0, SPI_OK_INSERT, "recording events");
 		}
 		for (int r = 0; r < ndone; r++)
-			settle_probe(&cfg, values[0], DatumGetInt64(done_ids[r]), true);
+			queue_breaker_outcome(&cfg, values[0], DatumGetInt64(done_ids[r]), true);
 	}
 	queue_spi_finish();
 	PG_RETURN_INT32(ndone);
@@ -510,14 +477,7 @@ queue_fail(PG_FUNCTION_ARGS)
 		outcome = "retrying";
 	}
 
-	settle_probe(&cfg, values[0], DatumGetInt64(values[1]), false);
-	if (cfg.has_breaker && cfg.breaker_state == 'c')
-	{
-		Oid			t[1] = {TEXTOID};
-
-		queue_spi_exec(queue_prepare_cached(&breaker_plan, BREAKER_SQL, 1, t),
-					   values, NULL, false, 0, SPI_OK_SELECT, "breaker check");
-	}
+	queue_breaker_outcome(&cfg, values[0], DatumGetInt64(values[1]), false);
 	queue_spi_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(outcome));
 }
@@ -554,13 +514,7 @@ queue_release(PG_FUNCTION_ARGS)
 
 		queue_log_event(queue_name, cfg.audit, DatumGetInt64(values[1]), "released",
 						NULL, attempt, NULL);
-		if (cfg.breaker_state == 'p' && cfg.probe_item_id == DatumGetInt64(values[1]))
-		{
-			Oid			t[2] = {TEXTOID, INT8OID};
-
-			queue_spi_exec(queue_prepare_cached(&probe_back_plan, PROBE_BACK_SQL, 2, t),
-						   values, NULL, false, 0, SPI_OK_UPDATE, "resetting breaker probe");
-		}
+		queue_breaker_released(&cfg, values[0], DatumGetInt64(values[1]));
 	}
 	queue_spi_finish();
 	PG_RETURN_BOOL(done);

@@ -14,9 +14,8 @@
  * from the same statement; they are dead-lettered on the spot and the
  * claim repeats for what is missing.
  *
- * Gates before the claim, in order: paused queue (or open breaker, where a
- * single half-open probe is granted by an UPDATE of the queue's row locked
- * with SKIP LOCKED, so of racing dequeuers exactly one wins), worker
+ * Gates before the claim, in order: paused queue or open breaker (whose
+ * single half-open probe breaker.c grants), worker
  * draining or in maintenance, the
  * worker's capacity (its registry row locked, so sessions of one worker
  * serialise), the queue's max_in_flight.  The cap is split into up to
@@ -98,9 +97,6 @@ static SPIPlanPtr worker_lock_plan = NULL;
 static SPIPlanPtr worker_load_plan = NULL;
 static SPIPlanPtr cap_lock_plan = NULL;
 static SPIPlanPtr in_flight_plan = NULL;
-static SPIPlanPtr probe_plan = NULL;
-static SPIPlanPtr probe_set_plan = NULL;
-static SPIPlanPtr probe_undo_plan = NULL;
 static SPIPlanPtr bury_plan = NULL;
 static SPIPlanPtr lost_plan = NULL;
 static SPIPlanPtr claimed_event_plan = NULL;
@@ -187,29 +183,6 @@ static SPIPlanPtr claimed_event_plan = NULL;
 	" WHERE queue_name" OP("=") "$1 AND worker IS NOT NULL " \
 	"   AND lease_expires_at" OP(">") "pg_catalog.now() " \
 	"   AND (coalesce(cap_stripe, 0)" OP("%") "$3)" OP("=") "$2"
-
-/* half-open: the first dequeue after the cooldown becomes the probe */
-#define PROBE_SQL \
-	"WITH c AS (SELECT queue_name FROM queue.queue_config " \
-	"            WHERE queue_name" OP("=") "$1 AND paused " \
-	"              AND ((breaker_state" OP("=") "'open' " \
-	"                    AND (breaker_opened_at" OP("+") "breaker_cooldown)" OP("<=") "pg_catalog.now()) " \
-	"                OR (breaker_state" OP("=") "'probing' AND probe_expires_at" OP("<=") "pg_catalog.now())) " \
-	"              FOR UPDATE SKIP LOCKED) " \
-	"UPDATE queue.queue_config q SET breaker_state = 'probing', probe_item_id = NULL, " \
-	"       probe_expires_at = 'infinity' " \
-	"  FROM c WHERE q.queue_name" OP("=") "c.queue_name"
-
-#define PROBE_SET_SQL \
-	"UPDATE queue.queue_config SET probe_item_id = $2, probe_expires_at = $3 " \
-	" WHERE queue_name" OP("=") "$1"
-
-#define PROBE_UNDO_SQL \
-	"UPDATE queue.queue_config SET breaker_state = 'open', probe_item_id = NULL, " \
-	"       probe_expires_at = NULL, " \
-	"       breaker_opened_at = least(breaker_opened_at, " \
-	"                             pg_catalog.now()" OP("-") "breaker_cooldown) " \
-	" WHERE queue_name" OP("=") "$1"
 
 #define BURY_SQL \
 	"SELECT queue._bury($1, $2, $3, NULL, NULL)"
@@ -566,21 +539,17 @@ queue_dequeue(PG_FUNCTION_ARGS)
 	qname = CStringGetTextDatum(queue_name);
 	want = batch_size;
 
-	/* Paused: nothing, unless an open breaker's cooldown grants a probe. */
-	if (cfg.paused)
+	/* Paused, or an open breaker: nothing, unless it grants the probe. */
+	switch (queue_breaker_gate(&cfg, qname))
 	{
-		Oid			t[1] = {TEXTOID};
-
-		if (cfg.breaker_state == 'c' ||
-			(cfg.breaker_state == 'o' && !cfg.cooldown_over) ||
-			(cfg.breaker_state == 'p' && !cfg.probe_lost))
+		case BREAKER_PASS:
+			break;
+		case BREAKER_PROBE:
+			is_probe = true;
+			want = 1;
+			break;
+		case BREAKER_BLOCK:
 			goto done;
-		queue_spi_exec(queue_prepare_cached(&probe_plan, PROBE_SQL, 1, t),
-					   &qname, NULL, false, 0, SPI_OK_UPDATE, "breaker probe update");
-		if (SPI_processed != 1)
-			goto done;
-		is_probe = true;
-		want = 1;
 	}
 
 	/* Worker gates. */
@@ -649,22 +618,7 @@ queue_dequeue(PG_FUNCTION_ARGS)
 
 undo_probe:
 	if (is_probe)
-	{
-		Oid			t[3] = {TEXTOID, INT8OID, TIMESTAMPTZOID};
-		Datum		v[3];
-
-		v[0] = qname;
-		v[1] = Int64GetDatum(probe_id);
-		v[2] = TimestampTzGetDatum(probe_expiry);
-		if (nclaimed > 0)
-		{
-			queue_spi_exec(queue_prepare_cached(&probe_set_plan, PROBE_SET_SQL, 3, t),
-						   v, NULL, false, 0, SPI_OK_UPDATE, "recording breaker probe");
-		}
-		else
-			queue_spi_exec(queue_prepare_cached(&probe_undo_plan, PROBE_UNDO_SQL, 1, t),
-						   v, NULL, false, 0, SPI_OK_UPDATE, "resetting breaker probe");
-	}
+		queue_breaker_probe_claimed(qname, nclaimed > 0 ? probe_id : 0, probe_expiry);
 done:
 	queue_spi_finish();
 	return (Datum) 0;

@@ -81,7 +81,7 @@ typedef struct QueueConfig
 	bool		notify;				/* NOTIFY queue_<name> on enqueue */
 	char		audit;				/* 'a'll, 'f'ailures, 'n'one */
 	bool		has_breaker;		/* breaker_threshold set? */
-	bool		paused;				/* paused (manually or by the breaker) */
+	bool		paused;				/* paused by the operator (pause/resume) */
 	char		breaker_state;		/* 'c'losed, 'o'pen, 'p'robing */
 	bool		cooldown_over;		/* open breaker may send a probe */
 	bool		probe_lost;			/* probing, but the probe's lease ended */
@@ -90,6 +90,14 @@ typedef struct QueueConfig
 	bool		restrict_producer;
 	bool		restrict_worker;
 } QueueConfig;
+
+/* What the circuit breaker lets dequeue do (breaker.c). */
+typedef enum BreakerGate
+{
+	BREAKER_PASS,				/* closed: claim as usual */
+	BREAKER_PROBE,				/* half-open: this call claims the one probe */
+	BREAKER_BLOCK				/* paused or open: hand out nothing */
+} BreakerGate;
 
 /* What dequeue needs of a worker's registry row. */
 typedef struct QueueWorkerGates
@@ -130,6 +138,13 @@ extern void queue_cache_init(void);
 extern void queue_load_config(const char *queue_name, QueueConfig *cfg);
 extern bool queue_load_worker(Datum worker, QueueWorkerGates *gates);
 extern void queue_worker_seen(Datum worker, TimestampTz when);
+
+/* breaker.c */
+extern BreakerGate queue_breaker_gate(const QueueConfig *cfg, Datum qname);
+extern void queue_breaker_probe_claimed(Datum qname, int64 probe_id, TimestampTz expiry);
+extern void queue_breaker_outcome(const QueueConfig *cfg, Datum qname, int64 item_id,
+								  bool success);
+extern void queue_breaker_released(const QueueConfig *cfg, Datum qname, int64 item_id);
 
 /* access.c */
 extern void queue_check_access(const QueueConfig *cfg, QueueAccess access);

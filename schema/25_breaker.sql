@@ -1,0 +1,211 @@
+-- ======================================================================
+-- Circuit breaker: its state machine, in one place with src/breaker.c
+-- ======================================================================
+--
+--   closed --trip--> open --cooldown over, a dequeue--> probing
+--   probing --probe completed--> closed
+--   probing --probe failed, released, or its lease ran out--> open
+--   any --resume() or alter_queue(breaker_threshold => 0)--> closed
+--
+-- The breaker keeps its own state (breaker_state, breaker_reason,
+-- breaker_opened_at, breaker_since, probe_*) and never touches the
+-- operator's pause (paused, pause_reason, paused_at): a queue paused with
+-- pause() stays paused until resume(), whatever the breaker does; the
+-- breaker still trips, records and alerts meanwhile, and a queue is
+-- handed out from only while neither holds it.  src/breaker.c grants the
+-- half-open probe and reports outcomes here.
+--
+-- Trip rules, judged after every failure (and by sweep): outcomes are
+-- completions and failed attempts (transient, permanent, lost leases,
+-- leases ended by offline recovery or a restart) since
+-- greatest(now() - breaker_window, the last close).  The breaker trips
+--   * when the failed fraction exceeds breaker_threshold with at least
+--     breaker_min_samples outcomes (the fraction rule), or
+--   * when the last breaker_min_samples outcomes in the window all failed
+--     (the run rule), so that a burst of earlier successes cannot dilute
+--     a sudden outage.
+
+-- The outcomes the breaker and health() judge, counted one way.
+CREATE FUNCTION queue._breaker_outcomes(p_queue text, p_from timestamptz, p_run_max int,
+                                        OUT failed bigint, OUT outcomes bigint,
+                                        OUT run bigint, OUT last_ok timestamptz)
+RETURNS record LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+BEGIN
+    SELECT count(*) INTO failed FROM queue.failure_log f
+     WHERE f.queue_name = p_queue AND f.at > p_from;
+    SELECT count(*) INTO outcomes FROM queue.item_done d
+     WHERE d.queue_name = p_queue AND d.completed_at > p_from;
+    outcomes := outcomes + failed;
+    -- failures since the last success, counted up to p_run_max
+    SELECT max(d.completed_at) INTO last_ok FROM queue.item_done d
+     WHERE d.queue_name = p_queue AND d.completed_at > p_from;
+    SELECT count(*) INTO run FROM (
+        SELECT 1 FROM queue.failure_log f
+         WHERE f.queue_name = p_queue AND f.at > greatest(p_from, last_ok)
+         LIMIT p_run_max) x;
+END
+$$;
+COMMENT ON FUNCTION queue._breaker_outcomes(text, timestamptz, int)
+    IS 'Failed and total outcomes of a queue since a time, and the run of failures since its last success';
+
+-- Trip a closed breaker when a rule holds (see above).  Returns whether it tripped.
+CREATE FUNCTION queue._breaker_check(p_queue text)
+RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    c queue.queue_config;
+    o record;
+    v_from timestamptz;
+    v_top_from timestamptz;
+    v_by_run boolean;
+    v_top text;
+    v_top_n bigint;
+    v_top_all bigint;
+    v_reason text;
+BEGIN
+    SELECT * INTO c FROM queue.queue_config WHERE queue_name = p_queue;
+    IF NOT FOUND OR c.breaker_threshold IS NULL OR c.breaker_state <> 'closed' THEN
+        RETURN false;
+    END IF;
+    -- NB: failures of one queue judge the breaker one at a time, each
+    -- seeing the failures committed before it; otherwise two concurrent
+    -- failures could each miss the other and never trip it.
+    SELECT * INTO c FROM queue.queue_config WHERE queue_name = p_queue FOR UPDATE;
+    IF c.breaker_state <> 'closed' THEN
+        RETURN false;
+    END IF;
+    v_from := greatest(now() - c.breaker_window, c.breaker_since);
+    SELECT * INTO o FROM queue._breaker_outcomes(p_queue, v_from, c.breaker_min_samples) x;
+    IF o.failed = 0 OR o.outcomes < c.breaker_min_samples THEN
+        RETURN false;
+    END IF;
+    v_by_run := o.run >= c.breaker_min_samples;
+    IF NOT v_by_run AND o.failed::float8 / o.outcomes <= c.breaker_threshold THEN
+        RETURN false;
+    END IF;
+
+    -- the dominant error of the failures that tripped it
+    v_top_from := CASE WHEN v_by_run THEN greatest(v_from, o.last_ok) ELSE v_from END;
+    SELECT queue._excerpt(coalesce(f.error_code, f.error)), count(*), sum(count(*)) OVER ()
+      INTO v_top, v_top_n, v_top_all
+      FROM queue.failure_log f
+     WHERE f.queue_name = p_queue AND f.at > v_top_from
+     GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 1;
+    v_reason := format('circuit breaker: %s%% of %s outcomes failed in %s%s, mostly %s (%s%%)',
+                       round(100.0 * o.failed / o.outcomes), o.outcomes,
+                       queue._say_interval(c.breaker_window),
+                       CASE WHEN v_by_run AND o.failed::float8 / o.outcomes <= c.breaker_threshold
+                            THEN format(', the last %s in a row', o.run) ELSE '' END,
+                       v_top, round(100.0 * v_top_n / v_top_all));
+    UPDATE queue.queue_config
+       SET breaker_state = 'open', breaker_opened_at = now(), breaker_reason = v_reason,
+           probe_item_id = NULL, probe_expires_at = NULL
+     WHERE queue_name = p_queue;
+    PERFORM queue._event(p_queue, NULL, 'breaker_open', NULL, NULL,
+                         jsonb_build_object('reason', v_reason, 'failed', o.failed,
+                                            'outcomes', o.outcomes, 'run', o.run,
+                                            'top_error', v_top));
+    IF NOT c.paused THEN
+        PERFORM queue._event(p_queue, NULL, 'paused', NULL, NULL,
+                             jsonb_build_object('reason', v_reason, 'by', 'breaker'));
+    END IF;
+    PERFORM queue._raise_alert(p_queue, 'breaker_open', v_reason,
+                               jsonb_build_object('failed', o.failed, 'outcomes', o.outcomes,
+                                                  'run', o.run, 'top_error', v_top, 'top_share',
+                                                  round(1.0 * v_top_n / v_top_all, 3)));
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION queue._breaker_check(text) IS 'Trips a closed circuit breaker when its fraction or run rule holds';
+
+-- Close the breaker (whatever its state): by the probe's success, a
+-- manual resume or the breaker being switched off.  The count of outcomes
+-- starts afresh.  The operator's pause is left as it is; the caller
+-- records whether the queue resumed.  Returns whether it was not closed.
+CREATE FUNCTION queue._breaker_close(p_queue text, p_details jsonb)
+RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_was text;
+BEGIN
+    SELECT c.breaker_state INTO v_was FROM queue.queue_config c
+     WHERE c.queue_name = p_queue FOR UPDATE;
+    UPDATE queue.queue_config c
+       SET breaker_state = 'closed', breaker_opened_at = NULL, breaker_reason = NULL,
+           breaker_since = now(), probe_item_id = NULL, probe_expires_at = NULL
+     WHERE c.queue_name = p_queue;
+    IF v_was IS NULL OR v_was = 'closed' THEN
+        RETURN false;
+    END IF;
+    PERFORM queue._event(p_queue, NULL, 'breaker_closed', NULL, NULL, coalesce(p_details, '{}'));
+    PERFORM queue._clear_alert(p_queue, 'breaker_open');
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION queue._breaker_close(text, jsonb)
+    IS 'Closes the circuit breaker and forgets earlier outcomes, leaving the operator''s pause as it is';
+
+-- The half-open probe finished: success closes the breaker, failure
+-- re-opens it for another cooldown.
+CREATE FUNCTION queue._breaker_probe_done(p_queue text, p_item_id bigint, p_success boolean)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM 1 FROM queue.queue_config c
+     WHERE c.queue_name = p_queue AND c.breaker_state = 'probing' AND c.probe_item_id = p_item_id
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF p_success THEN
+        PERFORM queue._breaker_close(p_queue, jsonb_build_object('probe_item_id', p_item_id));
+        -- operator before breaker: a manual pause holds
+        IF NOT (SELECT c.paused FROM queue.queue_config c WHERE c.queue_name = p_queue) THEN
+            PERFORM queue._event(p_queue, NULL, 'resumed', NULL, NULL,
+                                 jsonb_build_object('by', 'breaker'));
+        END IF;
+    ELSE
+        UPDATE queue.queue_config
+           SET breaker_state = 'open', breaker_opened_at = now(),
+               probe_item_id = NULL, probe_expires_at = NULL
+         WHERE queue_name = p_queue;
+        PERFORM queue._event(p_queue, NULL, 'breaker_open', NULL, NULL,
+                             jsonb_build_object('probe_item_id', p_item_id, 'reopened', true));
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION queue._breaker_probe_done(text, bigint, boolean) IS 'Closes or re-opens the breaker after its half-open probe';
+
+-- The probe was released (no outcome): open again with the cooldown
+-- counted as over, so the next dequeue probes with another item.
+CREATE FUNCTION queue._breaker_probe_back(p_queue text, p_item_id bigint)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+BEGIN
+    UPDATE queue.queue_config c
+       SET breaker_state = 'open', probe_item_id = NULL, probe_expires_at = NULL,
+           breaker_opened_at = least(c.breaker_opened_at, now() - c.breaker_cooldown)
+     WHERE c.queue_name = p_queue AND c.breaker_state = 'probing' AND c.probe_item_id = p_item_id;
+END
+$$;
+COMMENT ON FUNCTION queue._breaker_probe_back(text, bigint) IS 'Re-opens the breaker, cooldown over, when its probe was released';
+
+-- How the queue's pause looks from outside: the operator's, else the breaker's.
+CREATE FUNCTION queue._pause_state(c queue.queue_config,
+                                   OUT paused boolean, OUT pause_reason text,
+                                   OUT paused_at timestamptz, OUT paused_by text)
+RETURNS record LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT c.paused OR c.breaker_state OPERATOR(pg_catalog.<>) 'closed',
+           CASE WHEN c.paused THEN c.pause_reason ELSE c.breaker_reason END,
+           CASE WHEN c.paused THEN c.paused_at ELSE c.breaker_opened_at END,
+           CASE WHEN c.paused THEN 'operator'
+                WHEN c.breaker_state OPERATOR(pg_catalog.<>) 'closed' THEN 'breaker' END
+$$;
+COMMENT ON FUNCTION queue._pause_state(queue.queue_config)
+    IS 'Whether a queue hands out nothing, why, since when and by whom (operator before breaker)';

@@ -1,0 +1,171 @@
+/*-------------------------------------------------------------------------
+ *
+ * breaker.c
+ *		The circuit breaker's hot-path side: the half-open probe and the
+ *		outcomes that decide it.
+ *
+ * The breaker's state machine has one home: this file and
+ * schema/25_breaker.sql.  States (queue_config.breaker_state):
+ *
+ *	 closed --trip--> open --cooldown over, a dequeue--> probing
+ *	 probing --probe completed--> closed
+ *	 probing --probe failed, released or its lease ran out--> open
+ *
+ * Tripping, closing and the probe's verdict are SQL (queue._breaker_*),
+ * off the common path; this file decides, from the cached settings, when
+ * a call needs them, and grants the probe.  The breaker never touches the
+ * operator's pause (queue_config.paused, pause_reason, paused_at): a
+ * queue paused with pause() hands out nothing, probes included, until
+ * resume(), whatever the breaker does meanwhile.
+ *
+ * Concurrency: the probe is granted by an UPDATE of the queue's settings
+ * row selected FOR UPDATE SKIP LOCKED, so of racing dequeuers exactly one
+ * wins and the others return no rows without waiting.
+ *
+ * src/breaker.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "utils/timestamp.h"
+
+#include "queue.h"
+
+static SPIPlanPtr probe_plan = NULL;
+static SPIPlanPtr probe_set_plan = NULL;
+static SPIPlanPtr probe_undo_plan = NULL;
+static SPIPlanPtr probe_done_plan = NULL;
+static SPIPlanPtr probe_back_plan = NULL;
+static SPIPlanPtr check_plan = NULL;
+
+/* half-open: the first dequeue after the cooldown becomes the probe */
+#define PROBE_SQL \
+	"WITH c AS (SELECT queue_name FROM queue.queue_config " \
+	"            WHERE queue_name" OP("=") "$1 AND NOT paused " \
+	"              AND ((breaker_state" OP("=") "'open' " \
+	"                    AND (breaker_opened_at" OP("+") "breaker_cooldown)" OP("<=") "pg_catalog.statement_timestamp()) " \
+	"                OR (breaker_state" OP("=") "'probing' " \
+	"                    AND probe_expires_at" OP("<=") "pg_catalog.statement_timestamp())) " \
+	"              FOR UPDATE SKIP LOCKED) " \
+	"UPDATE queue.queue_config q SET breaker_state = 'probing', probe_item_id = NULL, " \
+	"       probe_expires_at = 'infinity' " \
+	"  FROM c WHERE q.queue_name" OP("=") "c.queue_name"
+
+#define PROBE_SET_SQL \
+	"UPDATE queue.queue_config SET probe_item_id = $2, probe_expires_at = $3 " \
+	" WHERE queue_name" OP("=") "$1"
+
+/* nothing to probe with: open again, the cooldown counted as over */
+#define PROBE_UNDO_SQL \
+	"UPDATE queue.queue_config SET breaker_state = 'open', probe_item_id = NULL, " \
+	"       probe_expires_at = NULL, " \
+	"       breaker_opened_at = least(breaker_opened_at, " \
+	"                             pg_catalog.now()" OP("-") "breaker_cooldown) " \
+	" WHERE queue_name" OP("=") "$1 AND breaker_state" OP("=") "'probing'"
+
+#define PROBE_DONE_SQL \
+	"SELECT queue._breaker_probe_done($1, $2, $3)"
+
+#define PROBE_BACK_SQL \
+	"SELECT queue._breaker_probe_back($1, $2)"
+
+#define CHECK_SQL \
+	"SELECT queue._breaker_check($1)"
+
+/*
+ * queue_breaker_gate
+ *		May dequeue hand out items of this queue now?  BREAKER_PASS: claim
+ *		as usual; BREAKER_PROBE: this call was granted the half-open probe
+ *		(claim one item, then report it with queue_breaker_probe_claimed);
+ *		BREAKER_BLOCK: hand out nothing.
+ */
+BreakerGate
+queue_breaker_gate(const QueueConfig *cfg, Datum qname)
+{
+	Oid			t[1] = {TEXTOID};
+
+	/* operator before breaker: a manual pause holds, probes included */
+	if (cfg->paused)
+		return BREAKER_BLOCK;
+	if (cfg->breaker_state == 'c')
+		return BREAKER_PASS;
+	if ((cfg->breaker_state == 'o' && !cfg->cooldown_over) ||
+		(cfg->breaker_state == 'p' && !cfg->probe_lost))
+		return BREAKER_BLOCK;
+	queue_spi_exec(queue_prepare_cached(&probe_plan, PROBE_SQL, 1, t),
+				   &qname, NULL, false, 0, SPI_OK_UPDATE, "breaker probe update");
+	return SPI_processed == 1 ? BREAKER_PROBE : BREAKER_BLOCK;
+}
+
+/*
+ * queue_breaker_probe_claimed
+ *		After a granted probe: record the probe item and its lease's end,
+ *		or, when nothing could be claimed (probe_id 0), open the breaker
+ *		again with its cooldown counted as over.
+ */
+void
+queue_breaker_probe_claimed(Datum qname, int64 probe_id, TimestampTz expiry)
+{
+	Oid			t[3] = {TEXTOID, INT8OID, TIMESTAMPTZOID};
+	Datum		v[3];
+
+	v[0] = qname;
+	v[1] = Int64GetDatum(probe_id);
+	v[2] = TimestampTzGetDatum(expiry);
+	if (probe_id != 0)
+		queue_spi_exec(queue_prepare_cached(&probe_set_plan, PROBE_SET_SQL, 3, t),
+					   v, NULL, false, 0, SPI_OK_UPDATE, "recording breaker probe");
+	else
+		queue_spi_exec(queue_prepare_cached(&probe_undo_plan, PROBE_UNDO_SQL, 1, t),
+					   v, NULL, false, 0, SPI_OK_UPDATE, "resetting breaker probe");
+}
+
+/*
+ * queue_breaker_outcome
+ *		An item's attempt ended: success (completed) or failure.  Settles
+ *		the probe when the item was it; a failure may trip a closed breaker.
+ */
+void
+queue_breaker_outcome(const QueueConfig *cfg, Datum qname, int64 item_id, bool success)
+{
+	if (cfg->breaker_state == 'p' && cfg->probe_item_id == item_id)
+	{
+		Oid			t[3] = {TEXTOID, INT8OID, BOOLOID};
+		Datum		v[3];
+
+		v[0] = qname;
+		v[1] = Int64GetDatum(item_id);
+		v[2] = BoolGetDatum(success);
+		queue_spi_exec(queue_prepare_cached(&probe_done_plan, PROBE_DONE_SQL, 3, t),
+					   v, NULL, false, 0, SPI_OK_SELECT, "settling breaker probe");
+	}
+	if (!success && cfg->has_breaker && cfg->breaker_state == 'c')
+	{
+		Oid			t[1] = {TEXTOID};
+
+		queue_spi_exec(queue_prepare_cached(&check_plan, CHECK_SQL, 1, t),
+					   &qname, NULL, false, 0, SPI_OK_SELECT, "breaker check");
+	}
+}
+
+/*
+ * queue_breaker_released
+ *		An item was released (no outcome): when it was the probe, the
+ *		breaker opens again with its cooldown over, so the next dequeue
+ *		probes with another item.
+ */
+void
+queue_breaker_released(const QueueConfig *cfg, Datum qname, int64 item_id)
+{
+	Oid			t[2] = {TEXTOID, INT8OID};
+	Datum		v[2];
+
+	if (cfg->breaker_state != 'p' || cfg->probe_item_id != item_id)
+		return;
+	v[0] = qname;
+	v[1] = Int64GetDatum(item_id);
+	queue_spi_exec(queue_prepare_cached(&probe_back_plan, PROBE_BACK_SQL, 2, t),
+				   v, NULL, false, 0, SPI_OK_SELECT, "resetting breaker probe");
+}
