@@ -76,4 +76,18 @@ SELECT kind, message LIKE 'circuit breaker: %' AS breaker_text FROM queue.alerts
  WHERE queue_name = 'b_alert' AND cleared_at IS NULL ORDER BY kind;
 SELECT status, reasons[1] FROM queue.health('b_alert');
 
-SELECT queue.drop_queue(q, force => true) FROM unnest('{b_op,b_alone,b_alert}'::text[]) q;
+-- case: the run rule: earlier successes cannot dilute a sudden outage;
+-- failures broken by a success do not trip it
+SELECT queue.create_queue('b_run', breaker_threshold => 0.5, breaker_min_samples => 3,
+                          max_attempts => 9, backoff_base => '0 s');
+SELECT count(*) FROM queue.enqueue_batch('b_run', array_fill('{}'::jsonb, ARRAY[20]));
+SELECT count(*) FILTER (WHERE queue.complete('b_run', item_id, lease_token)) AS completed
+  FROM queue.dequeue('b_run', 'w1', batch_size => 10);
+SELECT queue.fail('b_run', item_id, lease_token, 'down', 'DOWN') FROM queue.dequeue('b_run', 'w1', batch_size => 2);
+SELECT queue.complete('b_run', item_id, lease_token) FROM queue.dequeue('b_run', 'w1');
+SELECT queue.fail('b_run', item_id, lease_token, 'down', 'DOWN') FROM queue.dequeue('b_run', 'w1', batch_size => 2);
+SELECT breaker_state FROM queue.queues WHERE queue_name = 'b_run';
+SELECT queue.fail('b_run', item_id, lease_token, 'down', 'DOWN') FROM queue.dequeue('b_run', 'w1');
+SELECT paused, paused_by, breaker_state, breaker_reason FROM queue.queues WHERE queue_name = 'b_run';
+
+SELECT queue.drop_queue(q, force => true) FROM unnest('{b_op,b_alone,b_alert,b_run}'::text[]) q;
