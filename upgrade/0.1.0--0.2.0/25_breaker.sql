@@ -10,8 +10,6 @@ UPDATE queue.queue_config
  WHERE breaker_state <> 'closed' AND paused AND pause_reason LIKE 'circuit breaker:%';
 
 CREATE OR REPLACE FUNCTION queue._breaker_outcomes(p_queue text, p_from timestamptz, p_run_max int,
-
-CREATE OR REPLACE FUNCTION queue._breaker_outcomes(p_queue text, p_from timestamptz, p_run_max int,
                                         OUT failed bigint, OUT outcomes bigint,
                                         OUT run bigint, OUT last_ok timestamptz)
 RETURNS record LANGUAGE plpgsql STABLE PARALLEL SAFE
