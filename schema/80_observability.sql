@@ -376,12 +376,13 @@ CREATE FUNCTION queue._claim_gate(c queue.queue_config)
 RETURNS text LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 BEGIN
+    -- operator before breaker: a manual pause shuts the gate, probes included
     RETURN CASE
+             WHEN c.paused THEN 'paused'
              WHEN c.breaker_state = 'probing' THEN 'half_open'
              WHEN c.breaker_state = 'open' AND c.breaker_opened_at + c.breaker_cooldown <= now()
                THEN 'half_open'
              WHEN c.breaker_state = 'open' THEN 'breaker_open'
-             WHEN c.paused THEN 'paused'
              ELSE 'open'
            END;
 END

@@ -1,0 +1,365 @@
+-- The observability functions that read the breaker's state apart from
+-- the operator's pause (schema/25_breaker.sql); after 80_capacity.sql,
+-- which redefines some of them.
+
+CREATE OR REPLACE FUNCTION queue._stats(p_queue text,
+    OUT queued bigint, OUT scheduled bigint, OUT processing bigint, OUT on_hold bigint,
+    OUT dead bigint, OUT oldest_queued_age interval, OUT processed_1h bigint,
+    OUT failed_1h bigint, OUT wait_p50 interval, OUT wait_p95 interval,
+    OUT run_p50 interval, OUT run_p95 interval, OUT paused boolean)
+RETURNS record LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp SET jit = off
+SET enable_seqscan = off    -- a LIMITed seq scan may read the whole table before the queue's rows
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_limit bigint := queue._stats_exact_limit();
+    v_recent int := 1000;            -- completions behind the percentiles
+    v_now timestamptz := now();
+    v_prios int[];
+    v_between bigint;
+BEGIN
+    SELECT p.paused INTO paused
+      FROM queue.queue_config c CROSS JOIN LATERAL queue._pause_state(c) p
+     WHERE c.queue_name = p_queue;
+
+    -- the priorities present: one index probe per priority
+    WITH RECURSIVE pr(p) AS (
+        SELECT (SELECT i.priority FROM queue.item_live i
+                 WHERE i.queue_name = p_queue ORDER BY i.priority LIMIT 1)
+        UNION ALL
+        SELECT (SELECT i.priority FROM queue.item_live i
+                 WHERE i.queue_name = p_queue AND i.priority > pr.p
+                 ORDER BY i.priority LIMIT 1)
+          FROM pr WHERE pr.p IS NOT NULL)
+    SELECT coalesce(array_agg(pr.p), '{}') INTO v_prios FROM pr WHERE pr.p IS NOT NULL;
+
+    SELECT count(*) INTO processing FROM queue.item_live i
+     WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
+       AND i.lease_expires_at > v_now;
+
+    SELECT count(*) INTO queued FROM (
+        SELECT 1 FROM unnest(v_prios) AS u(p)
+         CROSS JOIN LATERAL (SELECT 1 FROM queue.item_live i
+                              WHERE i.queue_name = p_queue AND i.priority = u.p
+                                AND i.visible_at <= v_now
+                              LIMIT v_limit) x
+         LIMIT v_limit) y;
+
+    -- between now and 'infinity': scheduled rows and current leases
+    SELECT count(*) INTO v_between FROM (
+        SELECT 1 FROM unnest(v_prios) AS u(p)
+         CROSS JOIN LATERAL (SELECT 1 FROM queue.item_live i
+                              WHERE i.queue_name = p_queue AND i.priority = u.p
+                                AND i.visible_at > v_now
+                                AND i.visible_at < 'infinity'
+                              LIMIT v_limit + processing) x
+         LIMIT v_limit + processing) y;
+    scheduled := greatest(v_between - processing, 0);
+
+    SELECT count(*) INTO on_hold FROM (
+        SELECT 1 FROM unnest(v_prios) AS u(p)
+         CROSS JOIN LATERAL (SELECT 1 FROM queue.item_live i
+                              WHERE i.queue_name = p_queue AND i.priority = u.p
+                                AND i.visible_at = 'infinity'
+                              LIMIT v_limit) x
+         LIMIT v_limit) y;
+
+    -- past the limit, count the ranges from the index structure
+    IF queued >= v_limit THEN
+        SELECT greatest(v_limit, sum(queue._claim_range_estimate(p_queue, u.p,
+                                     '-infinity', true, v_now, true)))
+          INTO queued FROM unnest(v_prios) AS u(p);
+    END IF;
+    IF scheduled >= v_limit THEN
+        SELECT greatest(v_limit, sum(queue._claim_range_estimate(p_queue, u.p,
+                                     v_now, false, 'infinity', false)) - processing)
+          INTO scheduled FROM unnest(v_prios) AS u(p);
+    END IF;
+    IF on_hold >= v_limit THEN
+        SELECT greatest(v_limit, sum(queue._claim_range_estimate(p_queue, u.p,
+                                     'infinity', true, 'infinity', true)))
+          INTO on_hold FROM unnest(v_prios) AS u(p);
+    END IF;
+
+    -- claimable the longest: the first claimable entry of each priority
+    SELECT v_now - min(x.v) INTO oldest_queued_age
+      FROM unnest(v_prios) AS u(p)
+     CROSS JOIN LATERAL (SELECT i.visible_at AS v FROM queue.item_live i
+                          WHERE i.queue_name = p_queue AND i.priority = u.p
+                            AND i.visible_at <= v_now
+                          ORDER BY i.visible_at LIMIT 1) x;
+
+    SELECT count(*) INTO dead FROM queue.dead_letters d
+     WHERE d.queue_name = p_queue AND d.review_status IN ('new', 'in_review');
+
+    SELECT count(*) INTO failed_1h FROM queue.failure_log f
+     WHERE f.queue_name = p_queue AND f.at > v_now - interval '1 hour';
+
+    SELECT count(*) INTO processed_1h FROM (
+        SELECT 1 FROM queue.item_done d
+         WHERE d.queue_name = p_queue AND d.completed_at > v_now - interval '1 hour'
+         LIMIT v_limit) x;
+    IF processed_1h >= v_limit THEN
+        processed_1h := greatest(v_limit,
+                                 queue._done_since_estimate(p_queue, v_now - interval '1 hour'));
+    END IF;
+
+    SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY r.claimed_at - r.enqueued_at),
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY r.claimed_at - r.enqueued_at),
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY r.completed_at - r.claimed_at),
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY r.completed_at - r.claimed_at)
+      INTO wait_p50, wait_p95, run_p50, run_p95
+      FROM (SELECT d.enqueued_at, d.claimed_at, d.completed_at FROM queue.item_done d
+             WHERE d.queue_name = p_queue AND d.completed_at > v_now - interval '1 hour'
+             ORDER BY d.completed_at DESC LIMIT v_recent) r;
+END
+$$;
+COMMENT ON FUNCTION queue._stats(text) IS 'The stats of one queue (no access check); see stats()';
+
+CREATE OR REPLACE FUNCTION queue._health(p_queue text, OUT status text, OUT reasons text[])
+RETURNS record LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp SET jit = off
+SET enable_seqscan = off    -- a LIMITed seq scan may read the whole table before the queue's rows
+AS $$
+#variable_conflict use_column
+DECLARE
+    c queue.queue_config;
+    s record;
+    v_pause record;
+    v_level int := 0;      -- 0 ok, 1 warning, 2 critical
+    v_n bigint;
+    v_items bigint;
+    v_workers text[];
+    v_queued bigint[];
+    v_from timestamptz;
+    v_failed bigint;
+    v_ok bigint;
+    v_rule text;
+BEGIN
+    reasons := '{}';
+    SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
+    SELECT * INTO s FROM queue._stats(p_queue) x;
+
+    -- oldest queued age against the sla
+    IF c.sla IS NOT NULL AND s.oldest_queued_age > c.sla * 0.85 THEN
+        v_level := 2;
+        reasons := reasons || format('oldest queued item has waited %s, over 85%% of the %s sla',
+                                     queue._say_duration(s.oldest_queued_age), queue._say_interval(c.sla));
+    ELSIF c.sla IS NOT NULL AND s.oldest_queued_age > c.sla * 0.5 THEN
+        v_level := 1;
+        reasons := reasons || format('oldest queued item has waited %s, over half the %s sla',
+                                     queue._say_duration(s.oldest_queued_age), queue._say_interval(c.sla));
+    END IF;
+
+    -- a backlog that grew across the last three snapshots
+    SELECT array_agg(m.queued ORDER BY m.taken_at) INTO v_queued
+      FROM (SELECT x.taken_at, x.queued FROM queue.metrics_history x
+             WHERE x.queue_name = p_queue ORDER BY x.taken_at DESC LIMIT 3) m;
+    IF cardinality(v_queued) = 3 AND v_queued[1] < v_queued[2] AND v_queued[2] < v_queued[3] THEN
+        v_level := greatest(v_level, 1);
+        reasons := reasons || format('backlog grew across the last three snapshots (%s, %s, %s queued)',
+                                     v_queued[1], v_queued[2], v_queued[3]);
+    END IF;
+
+    -- leases held past 3x the p95 run time
+    IF s.run_p95 IS NOT NULL THEN
+        SELECT count(*) INTO v_n FROM queue.item_live i
+         WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
+           AND i.lease_expires_at > now()
+           AND i.claimed_at < now() - s.run_p95 * 3;
+        IF v_n > 0 THEN
+            v_level := greatest(v_level, 1);
+            reasons := reasons || format('%s lease%s held longer than 3x the p95 run time (%s)', v_n,
+                                         CASE WHEN v_n > 1 THEN 's' ELSE '' END,
+                                         queue._say_duration(s.run_p95));
+        END IF;
+    END IF;
+
+    -- offline workers holding its items
+    SELECT array_agg(DISTINCT i.worker ORDER BY i.worker), count(*) INTO v_workers, v_items
+      FROM queue.item_live i
+      JOIN queue.worker_registry w ON w.worker = i.worker
+     WHERE i.queue_name = p_queue AND i.worker IS NOT NULL AND i.lease_token IS NOT NULL
+       AND w.last_seen < now() - make_interval(secs => queue._worker_offline_after());
+    IF v_items > 0 THEN
+        v_level := greatest(v_level, 1);
+        reasons := reasons || format('offline worker%s %s hold%s %s item%s',
+                                     CASE WHEN cardinality(v_workers) > 1 THEN 's' ELSE '' END,
+                                     array_to_string(v_workers, ', '),
+                                     CASE WHEN cardinality(v_workers) > 1 THEN '' ELSE 's' END,
+                                     v_items, CASE WHEN v_items > 1 THEN 's' ELSE '' END);
+    END IF;
+
+    -- failure rate over half the breaker threshold, counted as the breaker does
+    IF c.breaker_threshold IS NOT NULL THEN
+        v_from := greatest(now() - c.breaker_window, c.breaker_since);
+        SELECT o.failed, o.outcomes - o.failed INTO v_failed, v_ok
+          FROM queue._breaker_outcomes(p_queue, v_from, 0) o;
+        IF v_failed + v_ok >= c.breaker_min_samples
+           AND v_failed::float8 / (v_failed + v_ok) > c.breaker_threshold / 2 THEN
+            v_level := greatest(v_level, 1);
+            reasons := reasons || format('%s%% of %s outcomes failed in %s, over half the breaker threshold (%s%%)',
+                                         round(100.0 * v_failed / (v_failed + v_ok)), v_failed + v_ok,
+                                         queue._say_interval(c.breaker_window),
+                                         trim_scale(round((100 * c.breaker_threshold)::numeric, 1)));
+        END IF;
+    END IF;
+
+    -- capacity: bots busy (capacity_short) or bots idle (workers_idle)
+    FOR v_rule IN
+        SELECT r.reason FROM queue._capacity_rules(p_queue, s.queued, s.oldest_queued_age,
+                                                   s.processed_1h) r
+    LOOP
+        v_level := greatest(v_level, 1);
+        reasons := reasons || v_rule;
+    END LOOP;
+
+    SELECT * INTO v_pause FROM queue._pause_state(c) p;
+    IF v_pause.paused THEN
+        status := 'paused';
+        reasons := format('paused: %s', coalesce(v_pause.pause_reason, 'no reason given')) || reasons;
+    ELSE
+        status := (ARRAY['ok', 'warning', 'critical'])[v_level + 1];
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION queue._health(text) IS 'The health of one queue (no access check); see health()';
+
+CREATE OR REPLACE FUNCTION queue._sweep_alerts(p_queue text)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    c queue.queue_config;
+    s record;
+    v_age interval;
+    v_n bigint;
+    v_workers text[];
+    v_kinds text[];
+    v_rule record;
+BEGIN
+    SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    SELECT * INTO s FROM queue._stats(p_queue) x;
+
+    -- sla_critical replaces sla_warning (and the other way round)
+    v_age := s.oldest_queued_age;
+    IF c.sla IS NOT NULL AND v_age > c.sla * 0.85 THEN
+        PERFORM queue._clear_alert(p_queue, 'sla_warning');
+        PERFORM queue._raise_alert(p_queue, 'sla_critical',
+            format('queue %s: oldest queued item has waited %s, over 85%% of the %s sla',
+                   p_queue, queue._say_duration(v_age), queue._say_interval(c.sla)),
+            jsonb_build_object('oldest_queued_age', extract(epoch FROM v_age),
+                               'sla', extract(epoch FROM c.sla), 'queued', s.queued));
+    ELSIF c.sla IS NOT NULL AND v_age > c.sla * 0.5 THEN
+        PERFORM queue._clear_alert(p_queue, 'sla_critical');
+        PERFORM queue._raise_alert(p_queue, 'sla_warning',
+            format('queue %s: oldest queued item has waited %s, over half the %s sla',
+                   p_queue, queue._say_duration(v_age), queue._say_interval(c.sla)),
+            jsonb_build_object('oldest_queued_age', extract(epoch FROM v_age),
+                               'sla', extract(epoch FROM c.sla), 'queued', s.queued));
+    ELSE
+        PERFORM queue._clear_alert(p_queue, 'sla_critical');
+        PERFORM queue._clear_alert(p_queue, 'sla_warning');
+    END IF;
+
+    -- breaker_open: raised by the breaker itself; closed by probe or resume
+    IF c.breaker_state <> 'closed' THEN
+        PERFORM queue._raise_alert(p_queue, 'breaker_open',
+                                   coalesce(c.breaker_reason, 'circuit breaker open'),
+                                   jsonb_build_object('opened_at', c.breaker_opened_at));
+    ELSE
+        PERFORM queue._clear_alert(p_queue, 'breaker_open');
+    END IF;
+
+    -- worker_offline: an offline worker held one of the queue's items in
+    -- the last day (holds one now, or failed or lost one since)
+    SELECT array_agg(w.worker ORDER BY w.worker) INTO v_workers
+      FROM queue.worker_registry w
+     WHERE w.last_seen < now() - make_interval(secs => queue._worker_offline_after())
+       AND (EXISTS (SELECT 1 FROM queue.item_live i
+                     WHERE i.queue_name = p_queue AND i.worker = w.worker)
+            OR EXISTS (SELECT 1 FROM queue.failure_log f
+                        WHERE f.queue_name = p_queue AND f.at > now() - interval '1 day'
+                          AND f.worker = w.worker));
+    IF v_workers IS NOT NULL THEN
+        -- a scale-down may take hundreds of bots offline at once: the
+        -- message names ten, the details a hundred, and both say how many
+        PERFORM queue._raise_alert(p_queue, 'worker_offline',
+            format('queue %s: offline worker%s %s%s held its items', p_queue,
+                   CASE WHEN cardinality(v_workers) > 1 THEN 's' ELSE '' END,
+                   array_to_string(v_workers[1:10], ', '),
+                   CASE WHEN cardinality(v_workers) > 10
+                        THEN format(' and %s more', cardinality(v_workers) - 10) ELSE '' END),
+            jsonb_build_object('workers', to_jsonb(v_workers[1:100]),
+                               'offline', cardinality(v_workers)));
+    ELSE
+        PERFORM queue._clear_alert(p_queue, 'worker_offline');
+    END IF;
+
+    -- stalled_lease: a current lease held past 3x the p95 run time
+    v_n := 0;
+    IF s.run_p95 IS NOT NULL THEN
+        SELECT count(*) INTO v_n FROM queue.item_live i
+         WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
+           AND i.lease_expires_at > now()
+           AND i.claimed_at < now() - s.run_p95 * 3;
+    END IF;
+    IF v_n > 0 THEN
+        PERFORM queue._raise_alert(p_queue, 'stalled_lease',
+            format('queue %s: %s lease%s held longer than 3x the p95 run time (%s)', p_queue, v_n,
+                   CASE WHEN v_n > 1 THEN 's' ELSE '' END, queue._say_duration(s.run_p95)),
+            jsonb_build_object('leases', v_n, 'run_p95', extract(epoch FROM s.run_p95)));
+    ELSE
+        PERFORM queue._clear_alert(p_queue, 'stalled_lease');
+    END IF;
+
+    -- capacity_short and workers_idle: bots busy or bots idle
+    v_kinds := '{}';
+    FOR v_rule IN
+        SELECT r.kind, r.reason, r.details
+          FROM queue._capacity_rules(p_queue, s.queued, s.oldest_queued_age, s.processed_1h) r
+    LOOP
+        PERFORM queue._raise_alert(p_queue, v_rule.kind, format('queue %s: %s', p_queue, v_rule.reason),
+                                   v_rule.details);
+        v_kinds := v_kinds || v_rule.kind;
+    END LOOP;
+    PERFORM queue._clear_alert(p_queue, k.kind)
+       FROM unnest(ARRAY['capacity_short', 'workers_idle']) AS k(kind)
+      WHERE k.kind <> ALL (v_kinds);
+
+    -- dead_letters: open while dead letters wait for a first review
+    PERFORM 1 FROM queue.dead_letters d
+     WHERE d.queue_name = p_queue AND d.review_status = 'new' LIMIT 1;
+    IF FOUND THEN
+        PERFORM queue._raise_alert(p_queue, 'dead_letters',
+                                   format('queue %s has new dead letters', p_queue),
+                                   jsonb_build_object('open', s.dead));
+    ELSE
+        PERFORM queue._clear_alert(p_queue, 'dead_letters');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION queue._sweep_alerts(text) IS 'Raises and clears the alerts of one queue';
+
+CREATE OR REPLACE FUNCTION queue._claim_gate(c queue.queue_config)
+RETURNS text LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+BEGIN
+    -- operator before breaker: a manual pause shuts the gate, probes included
+    RETURN CASE
+             WHEN c.paused THEN 'paused'
+             WHEN c.breaker_state = 'probing' THEN 'half_open'
+             WHEN c.breaker_state = 'open' AND c.breaker_opened_at + c.breaker_cooldown <= now()
+               THEN 'half_open'
+             WHEN c.breaker_state = 'open' THEN 'breaker_open'
+             ELSE 'open'
+           END;
+END
+$$;
+COMMENT ON FUNCTION queue._claim_gate(queue.queue_config)
+    IS 'Whether dequeue hands out items of a queue now: open, paused, breaker_open or half_open';
+
