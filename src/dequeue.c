@@ -11,8 +11,8 @@
  * item_id = ANY(ARRAY(...)), so the kept generic plan stays a pair of index
  * scans whatever the batch size.  Rows that must not be handed out (past
  * expires_at, or a lost lease whose attempts are spent) come back flagged
- * from the same statement; they are dead-lettered on the spot and the
- * claim repeats for what is missing.
+ * from the same statement; they are dead-lettered on the spot, up to
+ * DEQUEUE_MAX_BURIED per call, and the claim repeats for what is missing.
  *
  * Gates before the claim, in order: paused queue or open breaker (whose
  * single half-open probe breaker.c grants), worker
@@ -85,6 +85,13 @@ typedef struct ClaimHint
 static ClaimHint claim_hints[CLAIM_HINT_SLOTS];
 
 int			queue_claim_hint_threshold = QUEUE_DEFAULT_CLAIM_HINT_THRESHOLD;
+
+/*
+ * Expired items and spent lost leases one dequeue dead-letters at most
+ * (each is a PL/pgSQL call with its events, alert and breaker check); the
+ * rest wait for sweep or the next calls, which go on where this one left.
+ */
+#define DEQUEUE_MAX_BURIED 100
 
 /* last_seen is refreshed at most this often by dequeue. */
 #define LAST_SEEN_REFRESH_USECS (5 * USECS_PER_SEC)
@@ -309,6 +316,7 @@ typedef struct ClaimContext
 	Oid			claim_index;	/* item_live_claim_idx, for the hint */
 	int64		probe_id;		/* out: the probe item */
 	TimestampTz probe_expiry;	/* out: its lease's end */
+	int			nburied;		/* items dead-lettered by this call */
 } ClaimContext;
 
 /*
@@ -401,11 +409,14 @@ claim_items(ClaimContext *ctx, int64 limit, int stripe)
 			bool		isnull;
 			int32		junk = DatumGetInt32(SPI_getbinval(tup, desc, 15, &isnull));
 
+			if (junk != 0 && ctx->nburied >= DEQUEUE_MAX_BURIED)
+				continue;		/* left for sweep or a later call */
 			if (junk != 0)
 			{
 				Oid			bt[3] = {TEXTOID, INT8OID, TEXTOID};
 				Datum		bv[3];
 
+				ctx->nburied++;
 				bv[0] = ctx->qname;
 				bv[1] = SPI_getbinval(tup, desc, 1, &isnull);
 				bv[2] = CStringGetTextDatum(junk == 1 ? "expired" : "lease_expired");
@@ -463,8 +474,11 @@ claim_items(ClaimContext *ctx, int64 limit, int stripe)
 						   ev, NULL, false, 0, SPI_OK_INSERT, "recording events");
 		}
 
-		/* Buried rows cost us part of the batch: claim again for them. */
-		if (nclaimed >= limit)
+		/*
+		 * Buried rows cost us part of the batch: claim again for them, as
+		 * long as this call may bury more.
+		 */
+		if (nclaimed >= limit || ctx->nburied >= DEQUEUE_MAX_BURIED)
 			break;
 		if (njunk == 0)
 		{
@@ -573,6 +587,7 @@ queue_dequeue(PG_FUNCTION_ARGS)
 										get_namespace_oid("queue", false));
 	ctx.probe_id = 0;
 	ctx.probe_expiry = 0;
+	ctx.nburied = 0;
 
 	if (cfg.max_in_flight <= 0)
 		nclaimed = claim_items(&ctx, want, -1);
