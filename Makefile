@@ -108,7 +108,7 @@ test: checkver
 	test/run-tests.sh
 
 demo:
-	test/demo/run.sh
+	PG_CONFIG='$(PG_CONFIG)' test/demo/run.sh
 
 bench:
 	test/bench/run.sh

@@ -10,16 +10,18 @@
 #   4. tools           test/worker/run.sh (queue-worker, queue-top)
 #   5. tools-asan      the same, against builds of the tools under
 #                      AddressSanitizer and UndefinedBehaviorSanitizer
+#   6. demo            test/demo/clone.sh: the demo's short path from a
+#                      clone in a 0700 folder (as root; skipped otherwise)
 # initdb refuses to run as root, so as root the suites run as the postgres
 # OS user in a scratch copy of the tree.  Exits non-zero if any test
 # failed; failing diffs and logs are printed.
 #
-#   SUITES="regress isolation tap tools tools-asan"   choose suites (default: all)
+#   SUITES="regress isolation tap tools tools-asan demo"   choose suites (default: all)
 
 set -u
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-SUITES=${SUITES:-"regress isolation tap tools tools-asan"}
+SUITES=${SUITES:-"regress isolation tap tools tools-asan demo"}
 cd "$REPO"
 
 test/deps.sh || exit 1
@@ -63,8 +65,11 @@ run_suite() {
 	local name=$1
 	shift
 	local log="$LOGDIR/$name.log"
+	local as=("${RUN_AS[@]}")
+	# the demo suite starts as root itself, like `make demo`
+	[ "$name" = demo ] && as=()
 	echo "=== $name"
-	if "${RUN_AS[@]}" "$@" >"$log" 2>&1; then
+	if "${as[@]}" "$@" >"$log" 2>&1; then
 		status=0
 	else
 		status=1
@@ -76,7 +81,7 @@ run_suite() {
 			t_ok=$(grep -cE '^test/t/.* ok' "$log" || true)
 			t_bad=$(grep -cE '^test/t/.* (Failed|Dubious|No subtests)' "$log" || true)
 			passed=$((passed + t_ok)); failed=$((failed + t_bad)) ;;
-		tools | tools-asan)
+		tools | tools-asan | demo)
 			t_ok=$(grep -cE '^ok ' "$log" || true)
 			t_bad=$(grep -cE '^not ok ' "$log" || true)
 			passed=$((passed + t_ok)); failed=$((failed + t_bad)) ;;
@@ -109,6 +114,7 @@ for s in $SUITES; do
 			run_suite tools-asan env SANITIZED=1 \
 				WORKER="$WORK/tools/queue-worker/queue-worker-asan" TOP="$WORK/tools/queue-top/queue-top-asan" \
 				bash "$WORK/test/worker/run.sh" ;;
+		demo) run_suite demo env PG_CONFIG="$PG_CONFIG" bash "$REPO/test/demo/clone.sh" ;;
 		*) echo "unknown suite $s"; exit 2 ;;
 	esac
 done
