@@ -42,10 +42,10 @@ grep -A3 'all_accounted_for' "$LOG" | grep -Eq '\| t *$'
 check "clone: every invoice is accounted for" "$?"
 ls "$HOMEDIR"/queue/.demo/logs/bot-1.log >/dev/null 2>&1
 check "clone: the bots' logs are in the clone's .demo/logs" "$?"
-scratch=$(sed -n 's/.*throw-away cluster on port [0-9]* in \(\/[^ ]*\).*/\1/p' "$LOG" | head -1)
+scratch=$(grep -o '/tmp/queue-demo\.[A-Za-z0-9]*' "$LOG" | head -1)
 [ -n "$scratch" ] && [ ! -e "$scratch" ]
 check "clone: the scratch folder ($scratch) is gone" "$?"
-[ -n "$scratch" ] && ! pgrep -f "$scratch" >/dev/null
+[ -n "$scratch" ] && ! pgrep -f -- "$scratch" >/dev/null
 check "clone: no cluster or bot of the demo is left running" "$?"
 
 echo "1..$T"

@@ -1,29 +1,41 @@
 #!/usr/bin/env bash
 # test/demo/run.sh -- the bot-fleet demo behind `make demo`.
 #
-# On a throw-away cluster in ./.demo (pg_cron, queue preloaded) it enqueues 4,200
-# invoices, starts five queue-worker bots running test/demo/erp.sh, kills
-# one bot with kill -9 midway, takes the "ERP" down for a while so the
-# circuit breaker pauses the queue and later resumes it through its
-# half-open probe, and ends with a report drawn from SQL.  About two to
-# three minutes; everything it starts is stopped on exit.
+# On a throw-away cluster (pg_cron, queue preloaded) it enqueues 4,000
+# invoices, starts five queue-worker bots running test/demo/erp.sh, sends
+# 200 urgent invoices while the backlog is deep, kills one bot with
+# kill -9, takes the "ERP" down for a while so the circuit breaker pauses
+# the queue and later resumes it through its half-open probe, and ends
+# with a report drawn from SQL.  About a minute; everything it starts is
+# stopped on exit.
 #
 # Run as root, it installs missing build dependencies (apt), runs
-# `make && make install`, and runs the cluster and bots as the postgres OS
-# user.  Otherwise it expects the extension and tools to be installed and
-# built already.  DEMO_KEEP=1 keeps ./.demo (logs, data) afterwards.
+# `make && make install` with $PG_CONFIG, and runs the cluster and bots
+# as the postgres OS user in a scratch folder under /tmp that it removes
+# afterwards: the clone itself may lie where postgres cannot enter (under
+# /root, in a mktemp -d).  The bots' logs are copied to ./.demo/logs.
+# Otherwise it runs in ./.demo and expects the extension installed and
+# the tools built.
+#
+#   DEMO_KEEP=1    keep the cluster's data folder (and, as root, the
+#                  scratch folder) afterwards
+#   DEMO_SHORT=1   a short run (300 invoices, no killed bot, no outage):
+#                  the set-up path only, for the tests
 
 set -u
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
-DEMO="$REPO/.demo"
 PG_CONFIG=${PG_CONFIG:-pg_config}
-WORKER="$REPO/tools/queue-worker/queue-worker"
-TOP="$REPO/tools/queue-top/queue-top"
-ERP="$REPO/test/demo/erp.sh"
-INVOICES=4000       # the bulk load
-URGENT=200          # urgent invoices sent after the bots start (priority 0)
-DUPLICATES=30       # invoices sent a second time, to be dropped by dedup
+# postgres may have another PATH: name pg_config by its full path
+PG_CONFIG=$(command -v "$PG_CONFIG" || echo "$PG_CONFIG")
+DEMO_SHORT=${DEMO_SHORT:-}
+if [ -n "$DEMO_SHORT" ]; then
+	INVOICES=300 URGENT=20 DUPLICATES=5
+else
+	INVOICES=4000       # the bulk load
+	URGENT=200          # urgent invoices sent while the backlog is deep (priority 0)
+	DUPLICATES=30       # invoices sent a second time, to be dropped by dedup
+fi
 BOTS=5
 
 say() { printf '\033[1m== %s\033[0m\n' "$*"; }
@@ -40,15 +52,44 @@ if [ "$(id -u)" = 0 ] && [ -z "${DEMO_AS_POSTGRES:-}" ]; then
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" ||
 			{ echo "could not install ${missing[*]}; install them and run again"; exit 1; }
 	fi
-	say "building and installing the extension and tools"
-	(make -s -C "$REPO" && make -s -C "$REPO" install) >"$REPO/.demo-build.log" 2>&1 ||
-		{ cat "$REPO/.demo-build.log"; echo "build failed (log above)"; exit 1; }
-	rm -f "$REPO/.demo-build.log"
-	rm -rf "$DEMO"
-	mkdir -p "$DEMO"
-	chown postgres: "$DEMO"
-	exec runuser -u postgres -- env DEMO_AS_POSTGRES=1 PG_CONFIG="$PG_CONFIG" \
-		DEMO_KEEP="${DEMO_KEEP:-}" bash "$0" "$@"
+	PG_CONFIG=$(command -v "$PG_CONFIG") || { echo "pg_config not found: set PG_CONFIG"; exit 1; }
+	# The cluster and the bots run as postgres, who may not be able to
+	# enter this clone: they get a scratch folder of their own.
+	SCRATCH=$(mktemp -d /tmp/queue-demo.XXXXXX) || exit 1
+	finish() {
+		rm -rf "$REPO/.demo"
+		mkdir -p "$REPO/.demo"
+		[ -d "$SCRATCH/demo/logs" ] && cp -a "$SCRATCH/demo/logs" "$REPO/.demo/"
+		if [ -n "${DEMO_KEEP:-}" ]; then
+			echo "   kept the scratch folder $SCRATCH (cluster data in $SCRATCH/demo/data)"
+		else
+			rm -rf "$SCRATCH"
+		fi
+	}
+	trap finish EXIT
+	say "building and installing the extension and tools (PG_CONFIG=$PG_CONFIG)"
+	(make -s -C "$REPO" PG_CONFIG="$PG_CONFIG" && make -s -C "$REPO" PG_CONFIG="$PG_CONFIG" install) \
+		>"$SCRATCH/build.log" 2>&1 ||
+		{ cat "$SCRATCH/build.log"; echo "build failed (log above)"; exit 1; }
+	mkdir -p "$SCRATCH/bin" "$SCRATCH/demo"
+	cp "$REPO/tools/queue-worker/queue-worker" "$REPO/tools/queue-top/queue-top" \
+		"$REPO/test/demo/erp.sh" "$REPO/test/demo/run.sh" "$SCRATCH/bin/" || exit 1
+	chmod 755 "$SCRATCH" "$SCRATCH/bin"
+	chown -R postgres: "$SCRATCH/demo"
+	cd "$SCRATCH" || exit 1
+	runuser -u postgres -- env DEMO_AS_POSTGRES=1 DEMO_DIR="$SCRATCH/demo" DEMO_BIN="$SCRATCH/bin" \
+		PG_CONFIG="$PG_CONFIG" DEMO_KEEP="${DEMO_KEEP:-}" DEMO_SHORT="$DEMO_SHORT" \
+		bash "$SCRATCH/bin/run.sh" "$@"
+	exit $?
+fi
+
+DEMO=${DEMO_DIR:-"$REPO/.demo"}
+if [ -n "${DEMO_BIN:-}" ]; then
+	WORKER="$DEMO_BIN/queue-worker" TOP="$DEMO_BIN/queue-top" ERP="$DEMO_BIN/erp.sh"
+else
+	WORKER="$REPO/tools/queue-worker/queue-worker"
+	TOP="$REPO/tools/queue-top/queue-top"
+	ERP="$REPO/test/demo/erp.sh"
 fi
 
 BINDIR=$($PG_CONFIG --bindir)
@@ -103,7 +144,7 @@ T0=$(date +%s.%N)
 elapsed() { awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%5.1f", b - a }'; }
 
 # -- cluster ---------------------------------------------------------------
-say "starting a throw-away cluster on port $PORT in .demo/"
+say "starting a throw-away cluster on port $PORT in $DEMO"
 "$BINDIR/initdb" -D "$PGDATA" -A trust -U postgres >"$LOGS/initdb.log" 2>&1 ||
 	{ cat "$LOGS/initdb.log"; exit 1; }
 cat >>"$PGDATA/postgresql.conf" <<EOF
@@ -138,12 +179,17 @@ SELECT queue.create_queue('invoices',
          backoff_max         => '30 s',
          dedup_window        => '1 hour',
          sla                 => '2 min',
+         -- a short window: a burst of earlier successes must not hide
+         -- an outage from the breaker for long
          breaker_threshold   => 0.5,
-         breaker_window      => '1 min',
+         breaker_window      => '2 s',
          breaker_min_samples => 20,
          breaker_cooldown    => '10 s');
 -- what the demo sent, for the accounting at the end
 CREATE TABLE demo_sent (invoice text, item_id bigint, urgent boolean, resent boolean);
+-- when things happened, for the report's stories
+CREATE TABLE demo_marks (mark text PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp(), n bigint);
+CREATE TABLE demo_orphans (item_id bigint, attempt int);
 EOF
 note "pg_cron jobs: $(val "SELECT string_agg(jobname || ' ' || schedule, ', ') FROM cron.job")"
 
@@ -192,18 +238,21 @@ poll_state() {
 }
 
 killed=0
+[ -n "$DEMO_SHORT" ] && killed=skip
 tripped_at=0
 LEFT=
 PAUSED=
 STATUS=
 outage_on=0
 outage_done=0
+[ -n "$DEMO_SHORT" ] && outage_done=skip
 outage_start=0
 urgent_sent=0
 top_shown=0
 last_sweep=0
 last_status=0
-deadline=$((SECONDS + 140))
+# about a minute on an idle machine; a busy one gets up to five
+deadline=$((SECONDS + 300))
 KILLED_BOT=3
 T_START=$SECONDS
 
@@ -212,9 +261,12 @@ while [ $SECONDS -lt $deadline ]; do
 	t=$((now - T_START))
 	poll_state
 
-	if [ $urgent_sent = 0 ] && [ $outage_done = 1 ]; then
-		say "t=$(elapsed)s a producer sends $URGENT urgent invoices (priority 0) and re-sends $DUPLICATES old ones"
+	# Urgent invoices arrive while the backlog is deep and the queue runs:
+	# priority 0 is claimed before every waiting priority-2 invoice.
+	if [ $urgent_sent = 0 ] && { [ $t -ge 1 ] || [ -n "$DEMO_SHORT" ]; }; then
+		say "t=$(elapsed)s a producer sends $URGENT urgent invoices (priority 0) behind a backlog of $(val "SELECT queued FROM queue.stats('invoices')"), and re-sends $DUPLICATES old ones"
 		sql <<EOF >/dev/null || exit 1
+INSERT INTO demo_marks (mark, n) SELECT 'urgent_sent', queued FROM queue.stats('invoices');
 WITH src AS (
   SELECT g, format('INV-%s', lpad(g::text, 6, '0')) AS inv,
          jsonb_build_object('invoice', format('INV-%s', lpad(g::text, 6, '0')),
@@ -236,23 +288,23 @@ EOF
 		note "dedup: $(val "SELECT count(*) FILTER (WHERE resent) || ' re-sent, ' || count(DISTINCT item_id) FILTER (WHERE resent) || ' of them matched existing items, ' || (count(*) - count(DISTINCT item_id)) || ' duplicates dropped' FROM demo_sent")"
 	fi
 
-	if [ $killed = 0 ] && [ $t -ge 2 ]; then
+	if [ $killed = 0 ] && [ $t -ge 2 ] && [ $urgent_sent = 1 ]; then
 		kill -KILL "${BOT_PID[$KILLED_BOT]}"
 		wait "${BOT_PID[$KILLED_BOT]}" 2>/dev/null
-		val "CREATE TABLE demo_orphans AS SELECT item_id, attempt FROM queue.items WHERE queue_name = 'invoices' AND worker = 'bot-$KILLED_BOT' AND state = 'processing'" >/dev/null
+		val "INSERT INTO demo_orphans SELECT item_id, attempt FROM queue.items WHERE queue_name = 'invoices' AND worker = 'bot-$KILLED_BOT' AND state = 'processing'" >/dev/null
 		say "t=$(elapsed)s kill -9 bot-$KILLED_BOT while it holds $(val "SELECT count(*) FROM demo_orphans") item(s); nobody releases them"
 
 		unset "BOT_PID[$KILLED_BOT]"
 		killed=1
 	fi
 
-	# The outage starts early, while the breaker's one-minute window holds
-	# few successes, so it trips on any machine; it ends 12 s after the
-	# breaker opened: the first half-open probe (10 s cooldown) still
-	# fails and re-opens the breaker, the next one succeeds.
+	# The outage starts while the backlog is still deep; it ends 12 s
+	# after the breaker opened: the first half-open probe (10 s cooldown)
+	# still fails and re-opens the breaker, the next one succeeds.
 	if [ $outage_on = 0 ] && [ $outage_done = 0 ] && [ $killed = 1 ] && [ $t -ge 3 ]; then
-		say "t=$(elapsed)s ERP outage begins: every call fails (exit 75, ERP_TIMEOUT)"
+		val "INSERT INTO demo_marks (mark) VALUES ('outage_start')" >/dev/null
 		touch "$FLAG"
+		say "t=$(elapsed)s ERP outage begins: every call fails (exit 75, ERP_TIMEOUT)"
 		outage_on=1
 		outage_start=$now
 	fi
@@ -269,6 +321,7 @@ EOF
 		[ $((now - outage_start)) -ge 45 ]; }; then
 		say "t=$(elapsed)s ERP outage ends"
 		rm -f "$FLAG"
+		val "INSERT INTO demo_marks (mark) VALUES ('outage_end')" >/dev/null 2>&1
 		outage_on=0
 		outage_done=1
 	fi
@@ -300,7 +353,8 @@ for b in "${!BOT_PID[@]}"; do kill -TERM "${BOT_PID[$b]}" 2>/dev/null; done
 for b in "${!BOT_PID[@]}"; do wait "${BOT_PID[$b]}" 2>/dev/null; done
 BOT_PID=()
 for n in $(seq 1 $BOTS); do
-	note "bot-$n: $(grep -o 'summary: .*' "$LOGS/bot-$n.log" | sed 's/^summary: //' || echo 'killed with -9, no summary')"
+	summary=$(grep -o 'summary: .*' "$LOGS/bot-$n.log" | sed 's/^summary: //')
+	note "bot-$n: ${summary:-killed with -9, no summary}"
 done
 val "SELECT queue.sweep()" >/dev/null 2>&1
 val "SELECT queue.snapshot_metrics()" >/dev/null 2>&1
@@ -320,12 +374,14 @@ FROM (SELECT count(*) AS processed FROM queue.history WHERE queue_name = 'invoic
      (SELECT count(*) AS dead_letters FROM queue.dead_letters WHERE queue_name = 'invoices') d,
      (SELECT count(*) AS still_live FROM queue.items WHERE queue_name = 'invoices') l;
 
-\echo '-- urgent invoices (priority 0) overtake the backlog'
-SELECT CASE WHEN s.urgent THEN 'urgent (0)' ELSE 'normal (2)' END AS priority,
+\echo '-- urgent invoices (priority 0), sent while the backlog was deep, overtake it'
+SELECT CASE WHEN s.urgent THEN 'urgent (0)' ELSE 'backlog (2)' END AS priority,
        count(*) AS processed,
-       round(avg(extract(epoch FROM h.claimed_at - h.enqueued_at))::numeric, 1) AS avg_wait_s
+       round(avg(extract(epoch FROM h.claimed_at - h.enqueued_at))::numeric, 2) AS avg_wait_s,
+       round(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM h.claimed_at - h.enqueued_at))::numeric, 2) AS median_wait_s,
+       CASE WHEN s.urgent THEN (SELECT m.n FROM demo_marks m WHERE m.mark = 'urgent_sent') END AS backlog_when_sent
 FROM queue.history h JOIN demo_sent s ON s.item_id = h.item_id AND NOT s.resent
-WHERE h.queue_name = 'invoices' GROUP BY 1 ORDER BY 1 DESC;
+WHERE h.queue_name = 'invoices' GROUP BY s.urgent ORDER BY s.urgent DESC;
 
 \echo '-- the orphans of the bot killed with -9'
 SELECT o.item_id, o.attempt AS attempt_when_killed, i.state AS now,
@@ -342,6 +398,17 @@ ORDER BY o.item_id;
 SELECT item_id, payload->>'invoice' AS invoice, worker, attempts,
        round(extract(epoch FROM completed_at - claimed_at)::numeric, 1) AS run_s
 FROM queue.history WHERE queue_name = 'invoices' AND payload @> '{"slow": true}';
+
+\echo '-- the circuit breaker saw the outage: how soon, after how many failures'
+SELECT round(extract(epoch FROM b.at - o.at)::numeric, 2) AS seconds_after_outage_began,
+       (SELECT count(*) FROM queue.events e
+         WHERE e.queue_name = 'invoices' AND e.kind = 'failed' AND e.at >= o.at AND e.at <= b.at) AS failures_until_open,
+       b.details->>'reason' AS why
+FROM demo_marks o
+CROSS JOIN LATERAL (SELECT e.at, e.details FROM queue.events e
+                     WHERE e.queue_name = 'invoices' AND e.kind = 'breaker_open' AND e.at >= o.at
+                     ORDER BY e.at LIMIT 1) b
+WHERE o.mark = 'outage_start';
 
 \echo '-- the circuit breaker: trip, half-open probes, recovery (queue.events)'
 SELECT to_char(at, 'HH24:MI:SS.MS') AS at, kind, coalesce(details::text, '') AS details
@@ -391,7 +458,7 @@ EOF
 say "where to look next"
 cat <<EOF
    psql '$DSN'                       (run with DEMO_KEEP=1 to keep the cluster; start it with
-                                      pg_ctl -D .demo/data -l .demo/logs/postgres.log start)
+                                      pg_ctl -D $DEMO/data -l $DEMO/logs/postgres.log start)
    SELECT * FROM queue.stats();       live numbers per queue
    SELECT * FROM queue.health();      what needs attention, and why
    SELECT * FROM queue.events WHERE queue_name = 'invoices' ORDER BY at DESC LIMIT 20;
