@@ -14,6 +14,10 @@ CREATE FUNCTION queue._check_access(queue_name text, access text) RETURNS void
     LANGUAGE c STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'queue_check_access_sql';
 COMMENT ON FUNCTION queue._check_access(text, text) IS 'Fails unless the queue exists (42704) and the caller has the access (42501)';
 
+CREATE FUNCTION queue._lock_queue(queue_name text, exclusive boolean) RETURNS void
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'queue_lock_queue_sql';
+COMMENT ON FUNCTION queue._lock_queue(text, boolean) IS 'Takes the queue lock until the transaction ends: shared by every call using the queue, exclusive to drop it';
+
 CREATE FUNCTION queue._can_read(queue_name text) RETURNS boolean
     LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_can_read_sql';
 COMMENT ON FUNCTION queue._can_read(text) IS 'Whether the caller may see the rows of a queue';

@@ -151,11 +151,17 @@ BEGIN
             c.max_in_flight, c.retention, c.sla, c.notify, c.audit, c.breaker_threshold,
             c.breaker_window, c.breaker_min_samples, c.breaker_cooldown)
     ON CONFLICT ON CONSTRAINT queue_config_pkey DO NOTHING;
-    IF NOT FOUND AND NOT coalesce(create_queue.if_not_exists, false) THEN
-        RAISE EXCEPTION 'queue "%" already exists', c.queue_name
-            USING ERRCODE = 'duplicate_object',
-                  HINT = 'Pass if_not_exists => true to accept an existing queue, or change it with queue.alter_queue().';
+    IF NOT FOUND THEN
+        IF NOT coalesce(create_queue.if_not_exists, false) THEN
+            RAISE EXCEPTION 'queue "%" already exists', c.queue_name
+                USING ERRCODE = 'duplicate_object',
+                      HINT = 'Pass if_not_exists => true to accept an existing queue, or change it with queue.alter_queue().';
+        END IF;
+        RETURN;
     END IF;
+    -- a new queue starts empty, whatever an earlier queue of the name left
+    PERFORM queue._lock_queue(c.queue_name, true);
+    PERFORM queue._forget_queue(c.queue_name, true);
 END
 $$;
 COMMENT ON FUNCTION queue.create_queue(text, interval, int, interval, float8, interval, float8, interval, interval, interval, int, interval, interval, boolean, text, float8, interval, int, interval, boolean)
@@ -242,6 +248,46 @@ $$;
 COMMENT ON FUNCTION queue.alter_queue(text, interval, int, interval, float8, interval, float8, interval, interval, interval, int, interval, interval, boolean, text, float8, interval, int, interval)
     IS 'Changes queue settings; NULL leaves a setting unchanged, zero switches an optional one off';
 
+-- Delete every row of a queue from every table that has per-queue rows,
+-- except the settings row; with p_keep_dropped, queue_dropped events stay.
+-- Returns the counts by table.  The caller holds the queue lock
+-- exclusively.  NB: a new table with per-queue rows belongs here and in
+-- queue._sweep_leftovers().
+CREATE FUNCTION queue._forget_queue(p_queue text, p_keep_dropped boolean)
+RETURNS jsonb LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_counts jsonb;
+BEGIN
+    WITH l AS (DELETE FROM queue.item_live i WHERE i.queue_name = p_queue RETURNING 1),
+         h AS (DELETE FROM queue.item_done d WHERE d.queue_name = p_queue RETURNING 1),
+         x AS (DELETE FROM queue.dead_letters d WHERE d.queue_name = p_queue RETURNING 1),
+         e AS (DELETE FROM queue.events e WHERE e.queue_name = p_queue
+                  AND NOT (p_keep_dropped AND e.kind = 'queue_dropped') RETURNING 1),
+         k AS (DELETE FROM queue.dedup_done k WHERE k.queue_name = p_queue RETURNING 1),
+         f AS (DELETE FROM queue.failure_log f WHERE f.queue_name = p_queue RETURNING 1),
+         a AS (DELETE FROM queue.alerts a WHERE a.queue_name = p_queue RETURNING 1),
+         m AS (DELETE FROM queue.metrics_history m WHERE m.queue_name = p_queue RETURNING 1),
+         t AS (DELETE FROM queue.metrics_totals t WHERE t.queue_name = p_queue RETURNING 1),
+         g AS (DELETE FROM queue.queue_grant g WHERE g.queue_name = p_queue RETURNING 1)
+    SELECT jsonb_build_object('item_live', (SELECT count(*) FROM l),
+                              'item_done', (SELECT count(*) FROM h),
+                              'dead_letters', (SELECT count(*) FROM x),
+                              'events', (SELECT count(*) FROM e),
+                              'dedup_done', (SELECT count(*) FROM k),
+                              'failure_log', (SELECT count(*) FROM f),
+                              'alerts', (SELECT count(*) FROM a),
+                              'metrics_history', (SELECT count(*) FROM m),
+                              'metrics_totals', (SELECT count(*) FROM t),
+                              'queue_grant', (SELECT count(*) FROM g))
+      INTO v_counts;
+    RETURN v_counts;
+END
+$$;
+COMMENT ON FUNCTION queue._forget_queue(text, boolean)
+    IS 'Deletes the rows of a queue from every per-queue table but the settings; returns the counts by table';
+
 CREATE FUNCTION queue.drop_queue(queue_name text, force boolean DEFAULT false)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
@@ -251,6 +297,10 @@ DECLARE
     v_live bigint;
     v_counts jsonb;
 BEGIN
+    -- NB: first the queue lock: the calls adding rows to the queue finish
+    -- (their rows are then seen and removed below), later ones wait for
+    -- this transaction and then find no queue
+    PERFORM queue._lock_queue(v_name, true);
     PERFORM 1 FROM queue.queue_config q WHERE q.queue_name = v_name FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'queue "%" does not exist', v_name
@@ -264,19 +314,10 @@ BEGIN
                   HINT = 'Let the items finish, purge them, or pass force => true.';
     END IF;
 
-    WITH l AS (DELETE FROM queue.item_live i WHERE i.queue_name = v_name RETURNING 1),
-         h AS (DELETE FROM queue.item_done d WHERE d.queue_name = v_name RETURNING 1),
-         x AS (DELETE FROM queue.dead_letters d WHERE d.queue_name = v_name RETURNING 1),
-         e AS (DELETE FROM queue.events e WHERE e.queue_name = v_name RETURNING 1)
-    SELECT jsonb_build_object('live', (SELECT count(*) FROM l), 'history', (SELECT count(*) FROM h),
-                              'dead_letters', (SELECT count(*) FROM x), 'events', (SELECT count(*) FROM e))
-      INTO v_counts;
-    DELETE FROM queue.dedup_done d WHERE d.queue_name = v_name;
-    DELETE FROM queue.failure_log f WHERE f.queue_name = v_name;
-    DELETE FROM queue.alerts a WHERE a.queue_name = v_name;
-    DELETE FROM queue.metrics_history m WHERE m.queue_name = v_name;
-    DELETE FROM queue.metrics_totals t WHERE t.queue_name = v_name;
-    DELETE FROM queue.queue_grant g WHERE g.queue_name = v_name;
+    v_counts := queue._forget_queue(v_name, false);
+    v_counts := jsonb_build_object('live', v_counts -> 'item_live', 'history', v_counts -> 'item_done',
+                                   'dead_letters', v_counts -> 'dead_letters',
+                                   'events', v_counts -> 'events');
     DELETE FROM queue.queue_config q WHERE q.queue_name = v_name;
     INSERT INTO queue.events (queue_name, kind, details)
     VALUES (v_name, 'queue_dropped', v_counts || jsonb_build_object('force', coalesce(drop_queue.force, false)));

@@ -187,6 +187,8 @@ BEGIN
     IF NOT pg_try_advisory_xact_lock(hashtext(p_queue), queue._sweep_lock_key()) THEN
         RETURN;
     END IF;
+    -- the queue stays until this transaction ends (drop_queue waits)
+    PERFORM queue._lock_queue(p_queue, false);
     SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
     IF NOT FOUND THEN
         RETURN;
@@ -356,6 +358,75 @@ END
 $$;
 COMMENT ON FUNCTION queue._sweep_queue(text) IS 'The per-queue work of sweep(), under the queue''s sweep lock';
 
+-- Rows of queues that do not exist: left by a caller that raced a
+-- drop_queue under a transaction snapshot (it fails with 40001 when it
+-- waited, but an older snapshot may not have seen the drop coming), or by
+-- a release before the queue lock.  Each table with per-queue rows is
+-- walked by its index led by queue_name, one probe per distinct queue (a
+-- loose index scan); the rows of an unknown name are removed under its
+-- queue lock.  A dropped queue's queue_dropped event is kept for 7 days
+-- (the default retention).  Returns how many rows went.
+CREATE FUNCTION queue._sweep_leftovers()
+RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text;
+    v_counts jsonb;
+    v_n bigint := 0;
+BEGIN
+    FOR v_name IN
+        WITH RECURSIVE
+        l(q) AS (SELECT min(t.queue_name) FROM queue.item_live t UNION ALL
+                 SELECT (SELECT min(t.queue_name) FROM queue.item_live t WHERE t.queue_name > l.q)
+                   FROM l WHERE l.q IS NOT NULL),
+        h(q) AS (SELECT min(t.queue_name) FROM queue.item_done t UNION ALL
+                 SELECT (SELECT min(t.queue_name) FROM queue.item_done t WHERE t.queue_name > h.q)
+                   FROM h WHERE h.q IS NOT NULL),
+        x(q) AS (SELECT min(t.queue_name) FROM queue.dead_letters t UNION ALL
+                 SELECT (SELECT min(t.queue_name) FROM queue.dead_letters t WHERE t.queue_name > x.q)
+                   FROM x WHERE x.q IS NOT NULL),
+        e(q) AS (SELECT min(t.queue_name) FROM queue.events t UNION ALL
+                 SELECT (SELECT min(t.queue_name) FROM queue.events t WHERE t.queue_name > e.q)
+                   FROM e WHERE e.q IS NOT NULL),
+        k(q) AS (SELECT min(t.queue_name) FROM queue.dedup_done t UNION ALL
+                 SELECT (SELECT min(t.queue_name) FROM queue.dedup_done t WHERE t.queue_name > k.q)
+                   FROM k WHERE k.q IS NOT NULL),
+        f(q) AS (SELECT min(t.queue_name) FROM queue.failure_log t UNION ALL
+                 SELECT (SELECT min(t.queue_name) FROM queue.failure_log t WHERE t.queue_name > f.q)
+                   FROM f WHERE f.q IS NOT NULL),
+        a(q) AS (SELECT min(t.queue_name) FROM queue.alerts t UNION ALL
+                 SELECT (SELECT min(t.queue_name) FROM queue.alerts t WHERE t.queue_name > a.q)
+                   FROM a WHERE a.q IS NOT NULL),
+        m(q) AS (SELECT min(t.queue_name) FROM queue.metrics_history t UNION ALL
+                 SELECT (SELECT min(t.queue_name) FROM queue.metrics_history t WHERE t.queue_name > m.q)
+                   FROM m WHERE m.q IS NOT NULL),
+        g(q) AS (SELECT min(t.queue_name) FROM queue.queue_grant t UNION ALL
+                 SELECT (SELECT min(t.queue_name) FROM queue.queue_grant t WHERE t.queue_name > g.q)
+                   FROM g WHERE g.q IS NOT NULL)
+        SELECT DISTINCT u.q
+          FROM (SELECT q FROM l UNION ALL SELECT q FROM h UNION ALL SELECT q FROM x
+                UNION ALL SELECT q FROM e UNION ALL SELECT q FROM k UNION ALL SELECT q FROM f
+                UNION ALL SELECT q FROM a UNION ALL SELECT q FROM m UNION ALL SELECT q FROM g) u
+         WHERE u.q IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM queue.queue_config c WHERE c.queue_name = u.q)
+         ORDER BY 1
+    LOOP
+        CONTINUE WHEN v_name !~ '^[a-z][a-z0-9_]{0,46}$';   -- no queue can have it
+        PERFORM queue._lock_queue(v_name, true);
+        CONTINUE WHEN EXISTS (SELECT 1 FROM queue.queue_config c WHERE c.queue_name = v_name);
+        v_counts := queue._forget_queue(v_name, true);
+        SELECT v_n + coalesce(sum(c.value::bigint), 0) INTO v_n FROM jsonb_each_text(v_counts) c;
+        DELETE FROM queue.events e
+         WHERE e.queue_name = v_name AND e.kind = 'queue_dropped' AND e.at < now() - interval '7 days';
+    END LOOP;
+    -- totals of dropped queues: snapshot_metrics removes them
+    RETURN v_n;
+END
+$$;
+COMMENT ON FUNCTION queue._sweep_leftovers()
+    IS 'Removes the rows of queues that do not exist (the queue_dropped event after 7 days); returns how many';
+
 CREATE FUNCTION queue.sweep()
 RETURNS TABLE (queue_name text, recovered bigint, dead_lettered bigint, expired bigint,
                aged bigint, purged bigint)
@@ -387,6 +458,12 @@ BEGIN
         purged := r.purged;
         RETURN NEXT;
     END LOOP;
+    BEGIN
+        PERFORM queue._sweep_leftovers();
+    EXCEPTION WHEN OTHERS THEN
+        RAISE WARNING 'sweep of dropped queues'' leftovers failed: %', SQLERRM
+            USING DETAIL = format('SQLSTATE %s; that work of this call was rolled back.', SQLSTATE);
+    END;
 END
 $$;
 COMMENT ON FUNCTION queue.sweep()

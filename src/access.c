@@ -164,10 +164,11 @@ queue_check_access_sql(PG_FUNCTION_ARGS)
  * queue._can_read(queue_name text) returns boolean
  *
  * Whether the caller may see the queue's rows; used by the views and the
- * row-level security policies.  Unknown queues are readable (they have no
- * rows left to hide, e.g. the queue_dropped event).  The answer for the
- * last queue asked is kept for the rest of the query, since rows of one
- * queue come in runs.
+ * row-level security policies.  The rows of a queue that does not exist
+ * (the queue_dropped event of a dropped queue, leftovers sweep has not yet
+ * removed) are for admins only: a tenant must not read what another
+ * tenant's dropped queue left.  The answer for the last queue asked is kept
+ * for the rest of the query, since rows of one queue come in runs.
  */
 /* Last answer of _can_read within one query: views call it once per row. */
 typedef struct CanReadMemo
@@ -182,7 +183,7 @@ queue_can_read_sql(PG_FUNCTION_ARGS)
 	static SPIPlanPtr flag_plan = NULL;
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		values[1];
-	bool		closed = false;
+	bool		closed = true;	/* unknown queue: admins only */
 	bool		result = true;
 	bool		isnull;
 	char	   *name;

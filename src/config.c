@@ -19,6 +19,15 @@
  * instant it may next change, so that any number of windows costs one
  * entry and one read per window boundary.
  *
+ * The queue lock: every call that loads a queue's settings holds the
+ * queue's lock in share mode until its transaction ends; drop_queue, and
+ * whatever removes the rows of a queue that no longer exists, holds it in
+ * exclusive mode.  So a queue is never dropped under a call that is adding
+ * its rows (drop_queue waits for the call's transaction and then removes
+ * them), and a call that waited for a drop finds the queue gone (42704).
+ * The lock has a tag of its own (an advisory tag of a class the SQL
+ * functions cannot name), so no role can take it outside the extension.
+ *
  * src/config.c
  *
  *-------------------------------------------------------------------------
@@ -28,7 +37,11 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
+#include "common/hashfn.h"
 #include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "storage/lock.h"
 #include "storage/sinval.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -42,6 +55,13 @@
 #include "queue.h"
 
 PG_FUNCTION_INFO_V1(queue_invalidate_cache);
+PG_FUNCTION_INFO_V1(queue_lock_queue_sql);
+
+/*
+ * Class of the queue lock's advisory tag (field4): pg_advisory_lock and its
+ * kin use 1 and 2 only, so SQL cannot take or wait for this lock.
+ */
+#define QUEUE_LOCKTAG_CLASS		0x5155
 
 /* A cached queue: its settings and the timestamps of its breaker state. */
 typedef struct ConfigEntry
@@ -232,10 +252,61 @@ load_entry(const char *queue_name, ConfigEntry *e)
 }
 
 /*
+ * queue_lock_queue
+ *		Take the queue lock of queue_name (see the file header) until the
+ *		end of the transaction: shared for a call that uses the queue,
+ *		exclusive to drop it or remove its leftovers.
+ *
+ * A transaction that had to wait for the lock and reads through a
+ * transaction snapshot (REPEATABLE READ, SERIALIZABLE) cannot see what the
+ * holder committed, so it fails with a serialization failure (40001), to be
+ * retried, rather than add rows to a queue it cannot see was dropped.
+ */
+void
+queue_lock_queue(const char *queue_name, bool exclusive)
+{
+	LOCKTAG		tag;
+	LOCKMODE	mode = exclusive ? ExclusiveLock : ShareLock;
+	uint64		h = hash_bytes_extended((const unsigned char *) queue_name,
+										strlen(queue_name), 0);
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
+						 QUEUE_LOCKTAG_CLASS);
+	if (LockAcquire(&tag, mode, false, true) != LOCKACQUIRE_NOT_AVAIL)
+		return;
+	(void) LockAcquire(&tag, mode, false, false);
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access due to a concurrent drop of queue \"%s\"",
+						queue_name),
+				 errhint("Retry the transaction.")));
+}
+
+/*
+ * queue._lock_queue(queue_name text, exclusive boolean) returns void
+ *
+ * The queue lock for the PL/pgSQL functions: drop_queue and create_queue
+ * take it exclusively, sweep's removal of leftovers too (exclusive true);
+ * shared (false) is what every call that loads the queue's settings holds.
+ * No argument may be NULL.
+ */
+Datum
+queue_lock_queue_sql(PG_FUNCTION_ARGS)
+{
+	char	   *name = queue_check_name(PG_GETARG_DATUM(0), PG_ARGISNULL(0));
+
+	queue_check_not_null(PG_ARGISNULL(1), "exclusive");
+	queue_lock_queue(name, PG_GETARG_BOOL(1));
+	PG_RETURN_VOID();
+}
+
+/*
  * queue_load_config
  *		Fill *cfg for queue_name, or fail with 42704 if there is no such
- *		queue.  Must run inside an SPI connection.  *cfg is a copy: the
- *		cache may be dropped by any later statement.
+ *		queue, holding the queue lock in share mode.  Must run inside an
+ *		SPI connection.  *cfg is a copy: the cache may be dropped by any
+ *		later statement.
  */
 void
 queue_load_config(const char *queue_name, QueueConfig *cfg)
@@ -243,6 +314,9 @@ queue_load_config(const char *queue_name, QueueConfig *cfg)
 	ConfigEntry *e;
 	bool		found;
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+	/* NB: before the cache is trusted, so a drop we waited for is seen */
+	queue_lock_queue(queue_name, false);
 
 	/* see sessions' committed changes before trusting the cache */
 	AcceptInvalidationMessages();

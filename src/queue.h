@@ -135,6 +135,7 @@ extern double queue_interval_seconds(const Interval *iv);
 
 /* config.c */
 extern void queue_cache_init(void);
+extern void queue_lock_queue(const char *queue_name, bool exclusive);
 extern void queue_load_config(const char *queue_name, QueueConfig *cfg);
 extern bool queue_load_worker(Datum worker, QueueWorkerGates *gates);
 extern void queue_worker_seen(Datum worker, TimestampTz when);
