@@ -12,16 +12,18 @@
 #                      AddressSanitizer and UndefinedBehaviorSanitizer
 #   6. demo            test/demo/clone.sh: the demo's short path from a
 #                      clone in a 0700 folder (as root; skipped otherwise)
+#   7. ecosystem       test/ecosystem/run.sh (postgres_exporter, PgBouncer,
+#                      the bot examples in Python, Node.js and psql)
 # initdb refuses to run as root, so as root the suites run as the postgres
 # OS user in a scratch copy of the tree.  Exits non-zero if any test
 # failed; failing diffs and logs are printed.
 #
-#   SUITES="regress isolation tap tools tools-asan demo"   choose suites (default: all)
+#   SUITES="regress isolation tap tools tools-asan demo ecosystem"   choose suites (default: all)
 
 set -u
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-SUITES=${SUITES:-"regress isolation tap tools tools-asan demo"}
+SUITES=${SUITES:-"regress isolation tap tools tools-asan demo ecosystem"}
 cd "$REPO"
 
 test/deps.sh || exit 1
@@ -81,7 +83,7 @@ run_suite() {
 			t_ok=$(grep -cE '^test/t/.* ok' "$log" || true)
 			t_bad=$(grep -cE '^test/t/.* (Failed|Dubious|No subtests)' "$log" || true)
 			passed=$((passed + t_ok)); failed=$((failed + t_bad)) ;;
-		tools | tools-asan | demo)
+		tools | tools-asan | demo | ecosystem)
 			t_ok=$(grep -cE '^ok ' "$log" || true)
 			t_bad=$(grep -cE '^not ok ' "$log" || true)
 			passed=$((passed + t_ok)); failed=$((failed + t_bad)) ;;
@@ -115,6 +117,7 @@ for s in $SUITES; do
 				WORKER="$WORK/tools/queue-worker/queue-worker-asan" TOP="$WORK/tools/queue-top/queue-top-asan" \
 				bash "$WORK/test/worker/run.sh" ;;
 		demo) run_suite demo env PG_CONFIG="$PG_CONFIG" bash "$REPO/test/demo/clone.sh" ;;
+		ecosystem) run_suite ecosystem bash "$WORK/test/ecosystem/run.sh" ;;
 		*) echo "unknown suite $s"; exit 2 ;;
 	esac
 done
