@@ -1,0 +1,46 @@
+-- Sizes: every jsonb value stored with an item is bounded by
+-- queue.max_payload_bytes (progress after merging), every text argument
+-- stored with an item by 64 kB; over the bound is 54000 and changes nothing.
+\set VERBOSITY terse
+
+SET queue.max_payload_bytes = 1000;
+SELECT queue.create_queue('q_sz', max_attempts => 3);
+SELECT queue.enqueue('q_sz', '{"n": 1}') AS i1 \gset
+SELECT queue.enqueue('q_sz', '{"n": 2}') AS i2 \gset
+SELECT item_id AS d1, lease_token AS t1 FROM queue.dequeue('q_sz', 'sz_bot') \gset
+SELECT item_id AS d2, lease_token AS t2 FROM queue.dequeue('q_sz', 'sz_bot') \gset
+
+-- case: checkpoint bounds the merged progress, not only the new piece
+SELECT queue.checkpoint('q_sz', :d1, :t1, jsonb_build_object('a', repeat('a', 600)));
+SELECT queue.checkpoint('q_sz', :d1, :t1, jsonb_build_object('b', repeat('b', 600)));
+SELECT progress ? 'b' AS has_b, length(progress->>'a') AS a FROM queue.items WHERE item_id = :d1;
+SELECT queue.checkpoint('q_sz', :d1, :t1, jsonb_build_object('a', 'small', 'b', repeat('b', 600)));
+SELECT progress ? 'b' AS has_b, progress->>'a' AS a FROM queue.items WHERE item_id = :d1;
+
+-- case: complete's and complete_batch's result are bounded like a payload
+SELECT queue.complete('q_sz', :d1, :t1, jsonb_build_object('r', repeat('r', 2000)));
+SELECT queue.complete_batch('q_sz', ARRAY[:d1], ARRAY[:t1], jsonb_build_object('r', repeat('r', 2000)));
+SELECT state FROM queue.items WHERE item_id = :d1;
+
+-- case: fail's error and error_code are bounded at 64 kB; at the bound they are kept
+SELECT queue.fail('q_sz', :d2, :t2, repeat('e', 65537));
+SELECT queue.fail('q_sz', :d2, :t2, 'boom', error_code => repeat('c', 65537));
+SELECT state, attempt FROM queue.items WHERE item_id = :d2;
+SELECT queue.fail('q_sz', :d2, :t2, repeat('e', 65536), retry_in => '0 s');
+SELECT length(last_error) FROM queue.items WHERE item_id = :d2;
+
+-- case: enqueue's dedup_key and correlation_id, enqueue_batch's keys
+SELECT queue.enqueue('q_sz', '{}', correlation_id => repeat('c', 65537));
+SELECT queue.enqueue('q_sz', '{}', dedup_key => repeat('k', 65537));
+SELECT queue.enqueue_batch('q_sz', ARRAY['{}', '{}']::jsonb[], dedup_keys => ARRAY['k1', repeat('k', 65537)]);
+SELECT count(*) AS live FROM queue.items WHERE queue_name = 'q_sz';
+
+-- case: operator texts stored with an item: hold's reason, review's note
+SELECT queue.hold('q_sz', :i2, repeat('h', 65537));
+SELECT queue.enqueue('q_sz', '{"n": 3}') AS i3 \gset
+SELECT queue.cancel('q_sz', :i3);
+SELECT queue.review('q_sz', :i3, 'in_review', repeat('n', 65537));
+SELECT review_status FROM queue.dead_letters WHERE item_id = :i3;
+
+RESET queue.max_payload_bytes;
+SELECT queue.drop_queue('q_sz', force => true);
