@@ -109,6 +109,7 @@ BEGIN
     IF hold.item_id IS NULL THEN
         RAISE EXCEPTION 'item_id must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
+    PERFORM queue._check_text(hold.reason, 'reason');
     PERFORM queue._check_access(v_name, 'reader');
     UPDATE queue.item_live i
        SET on_hold = true, hold_reason = hold.reason, visible_at = 'infinity',

@@ -107,6 +107,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Valid statuses are ''new'', ''in_review'', ''resolved'' and ''rejected''.';
     END IF;
+    PERFORM queue._check_text(review.note, 'note');
     PERFORM queue._check_access(v_name, 'reader');
     UPDATE queue.dead_letters d
        SET review_status = review.review_status,

@@ -146,7 +146,8 @@ static SPIPlanPtr checkpoint_plan = NULL;
 	"UPDATE queue.item_live " \
 	"   SET progress = coalesce(progress, '{}'::pg_catalog.jsonb)" OP("||") "$4 " \
 	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
-	"   AND lease_token" OP("=") "$3"
+	"   AND lease_token" OP("=") "$3 " \
+	"RETURNING progress"
 
 /*
  * Arguments every lease call starts with: (queue_name, item_id,
@@ -183,6 +184,8 @@ queue_complete(PG_FUNCTION_ARGS)
 	char		nulls[4] = {' ', ' ', ' ', ' '};
 	bool		done;
 
+	if (!PG_ARGISNULL(3))
+		queue_check_jsonb_size(PG_GETARG_DATUM(3), "result");
 	values[0] = CStringGetTextDatum(queue_name);
 	values[1] = PG_GETARG_DATUM(1);
 	values[2] = PG_GETARG_DATUM(2);
@@ -246,6 +249,8 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 	ids = PG_GETARG_ARRAYTYPE_P(1);
 	toks = PG_GETARG_ARRAYTYPE_P(2);
 	queue_check_batch_length(ArrayGetNItems(ARR_NDIM(ids), ARR_DIMS(ids)), "item_ids");
+	if (!PG_ARGISNULL(3))
+		queue_check_jsonb_size(PG_GETARG_DATUM(3), "result");
 	if (ArrayGetNItems(ARR_NDIM(ids), ARR_DIMS(ids)) !=
 		ArrayGetNItems(ARR_NDIM(toks), ARR_DIMS(toks)))
 		ereport(ERROR,
@@ -372,6 +377,9 @@ queue_fail(PG_FUNCTION_ARGS)
 
 	queue_check_not_null(PG_ARGISNULL(3), "error");
 	queue_check_not_null(PG_ARGISNULL(5), "permanent");
+	queue_check_text_size(PG_GETARG_DATUM(3), "error");
+	if (!PG_ARGISNULL(4))
+		queue_check_text_size(PG_GETARG_DATUM(4), "error_code");
 	permanent = PG_GETARG_BOOL(5);
 	if (!PG_ARGISNULL(6))
 	{
@@ -589,15 +597,23 @@ queue_checkpoint(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("progress must be a JSON object"),
 				 errhint("Pass an object such as '{\"step\": 2}'; its keys are merged into the item's progress.")));
-	queue_check_payload(PG_GETARG_DATUM(3), "progress");
+	queue_check_jsonb_size(PG_GETARG_DATUM(3), "progress");
 	queue_name = begin_lease_call(fcinfo, &cfg);
 	values[0] = CStringGetTextDatum(queue_name);
 	values[1] = PG_GETARG_DATUM(1);
 	values[2] = PG_GETARG_DATUM(2);
 	values[3] = JsonbPGetDatum(progress);
 	queue_spi_exec(queue_prepare_cached(&checkpoint_plan, CHECKPOINT_SQL, 4, argtypes),
-				   values, NULL, false, 0, SPI_OK_UPDATE, "checkpoint");
+				   values, NULL, false, 0, SPI_OK_UPDATE_RETURNING, "checkpoint");
 	done = (SPI_processed == 1);
+	if (done)
+	{
+		bool		isnull;
+
+		/* the merged progress is bounded, not only the piece (the error undoes it) */
+		queue_check_jsonb_size(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+											 1, &isnull), "progress");
+	}
 	queue_spi_finish();
 	PG_RETURN_BOOL(done);
 }

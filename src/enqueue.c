@@ -265,6 +265,10 @@ queue_enqueue(PG_FUNCTION_ARGS)
 	priority = PG_GETARG_INT32(2);
 	queue_check_priority(priority);
 	queue_check_payload(payload, "payload");
+	if (!PG_ARGISNULL(4))
+		queue_check_text_size(PG_GETARG_DATUM(4), "dedup_key");
+	if (!PG_ARGISNULL(7))
+		queue_check_text_size(PG_GETARG_DATUM(7), "correlation_id");
 
 	queue_spi_connect();
 	queue_load_config(queue_name, &cfg);
@@ -494,7 +498,16 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 					 errmsg("dedup_keys has %d elements but payloads has %d", nkeys, n),
 					 errhint("Pass one key per payload, NULL for items without a key.")));
 		for (int i = 0; i < n; i++)
-			any_key |= !key_nulls[i];
+		{
+			char		argname[64];
+
+			CHECK_FOR_INTERRUPTS();
+			if (key_nulls[i])
+				continue;
+			any_key = true;
+			snprintf(argname, sizeof(argname), "dedup_keys[%d]", i + 1);
+			queue_check_text_size(keys[i], argname);
+		}
 	}
 	else
 	{

@@ -37,6 +37,7 @@
 #define QUEUE_BATCH_MAX			10000	/* dequeue's batch_size */
 #define QUEUE_BATCH_ARRAY_MAX	100000	/* elements of enqueue_batch, complete_batch */
 #define QUEUE_DEFAULT_PRIORITY	2
+#define QUEUE_TEXT_MAX_BYTES	65536	/* a text stored with an item */
 
 /* GUC defaults. */
 #define QUEUE_DEFAULT_MAX_PAYLOAD_BYTES		1048576
@@ -130,6 +131,8 @@ extern void queue_check_not_null(bool isnull, const char *argname);
 extern void queue_check_priority(int32 priority);
 extern void queue_check_batch_length(int nelems, const char *argname);
 extern void queue_check_payload(Datum payload, const char *argname);
+extern void queue_check_jsonb_size(Datum value, const char *argname);
+extern void queue_check_text_size(Datum value, const char *argname);
 extern void queue_check_positive_interval(Interval *iv, const char *argname);
 extern double queue_interval_seconds(const Interval *iv);
 

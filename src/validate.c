@@ -123,21 +123,56 @@ queue_check_batch_length(int nelems, const char *argname)
 }
 
 /*
+ * The one rule of every size bound: a value of `size` bytes over `limit`
+ * is 54000, naming the argument, the limit and what to do instead.
+ */
+static inline void
+check_size(Size size, Size limit, const char *argname, const char *limit_name,
+		   const char *hint)
+{
+	if (size > limit)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("%s is %zu bytes, larger than %s (%zu)",
+						argname, size, limit_name, limit),
+				 errhint("%s", hint)));
+}
+
+/*
+ * queue_check_jsonb_size
+ *		A jsonb value stored with an item (payload, result, progress after
+ *		merging) is no larger than queue.max_payload_bytes, counted as
+ *		pg_column_size counts the value given.
+ */
+void
+queue_check_jsonb_size(Datum value, const char *argname)
+{
+	check_size(toast_datum_size(value), (Size) queue_max_payload_bytes, argname,
+			   "queue.max_payload_bytes",
+			   "Store large documents elsewhere and keep a reference to them in the queue.");
+}
+
+/*
+ * queue_check_text_size
+ *		A text stored with an item (keys, error texts, reasons, notes) is
+ *		at most QUEUE_TEXT_MAX_BYTES long.
+ */
+void
+queue_check_text_size(Datum value, const char *argname)
+{
+	check_size(toast_raw_datum_size(value) - VARHDRSZ, QUEUE_TEXT_MAX_BYTES, argname,
+			   "the limit for texts",
+			   "Keep long texts elsewhere and pass an excerpt or a reference.");
+}
+
+/*
  * queue_check_payload
- *		A payload must be present and, stored, no larger than
- *		queue.max_payload_bytes (the size pg_column_size reports).
+ *		A payload must be present and within queue.max_payload_bytes.
  */
 void
 queue_check_payload(Datum payload, const char *argname)
 {
-	Size		size = toast_datum_size(payload);
-
-	if (size > (Size) queue_max_payload_bytes)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("%s is %zu bytes, larger than queue.max_payload_bytes (%d)",
-						argname, size, queue_max_payload_bytes),
-				 errhint("Store large documents elsewhere and enqueue a reference to them.")));
+	queue_check_jsonb_size(payload, argname);
 }
 
 /*
@@ -171,6 +206,7 @@ queue_check_positive_interval(Interval *iv, const char *argname)
 }
 
 PG_FUNCTION_INFO_V1(queue_check_payload_sql);
+PG_FUNCTION_INFO_V1(queue_check_text_sql);
 
 /*
  * queue._check_payload(payload jsonb) returns void
@@ -183,5 +219,20 @@ queue_check_payload_sql(PG_FUNCTION_ARGS)
 {
 	queue_check_not_null(PG_ARGISNULL(0), "payload");
 	queue_check_payload(PG_GETARG_DATUM(0), "payload");
+	PG_RETURN_VOID();
+}
+
+/*
+ * queue._check_text(value text, argname text) returns void
+ *
+ * The bound on texts stored with an item (64 kB) for the SQL functions;
+ * a NULL value passes.
+ */
+Datum
+queue_check_text_sql(PG_FUNCTION_ARGS)
+{
+	if (!PG_ARGISNULL(0))
+		queue_check_text_size(PG_GETARG_DATUM(0),
+							  PG_ARGISNULL(1) ? "text" : text_to_cstring(PG_GETARG_TEXT_PP(1)));
 	PG_RETURN_VOID();
 }
