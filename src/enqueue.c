@@ -9,7 +9,10 @@
  * finds the live holder of the key, and concurrent producers of one key
  * serialise on that index entry, so two live items never share a key.  A
  * queue with dedup_window also consults dedup_done, where complete() keeps
- * the keys of recently completed items.
+ * the keys of recently completed items: before the INSERT, and again after
+ * an INSERT that went in, since the holder's completion may have committed
+ * while the INSERT waited on the row it deleted (an item inserted so is
+ * taken back and the completed one's id returned).
  *
  * With the queue's notify on, NOTIFY queue_<name> is sent with an empty
  * payload when the transaction commits, once per queue however many items
@@ -52,6 +55,7 @@ static SPIPlanPtr plain_batch_insert_plan = NULL;
 static SPIPlanPtr batch_holder_plan = NULL;
 static SPIPlanPtr batch_window_plan = NULL;
 static SPIPlanPtr batch_event_plan = NULL;
+static SPIPlanPtr undo_plan = NULL;
 
 /*
  * Without a dedup key the insert cannot conflict: it skips ON CONFLICT and
@@ -107,6 +111,11 @@ static SPIPlanPtr batch_event_plan = NULL;
 	"SELECT dedup_key, item_id FROM queue.dedup_done " \
 	" WHERE queue_name" OP("=") "$1 AND dedup_key" OP("=") "ANY ($2) " \
 	"   AND completed_at" OP(">") "(pg_catalog.now()" OP("-") "$3)"
+
+/* Items just inserted whose key turned out to be completed in the window. */
+#define UNDO_SQL \
+	"DELETE FROM queue.item_live " \
+	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "ANY ($2)"
 
 #define BATCH_EVENT_SQL \
 	"INSERT INTO queue.events (queue_name, item_id, kind, attempt) " \
@@ -233,6 +242,48 @@ resolve_common(const QueueConfig *cfg, FunctionCallInfo fcinfo,
 }
 
 /*
+ * The item that completed with this key within the queue's dedup window,
+ * if any.  Inside the SPI connection.
+ */
+static bool
+window_holder(const char *queue_name, Datum key, const QueueConfig *cfg, int64 *item_id)
+{
+	Oid			wtypes[3] = {TEXTOID, TEXTOID, INTERVALOID};
+	Datum		wvalues[3];
+	bool		isnull;
+
+	wvalues[0] = CStringGetTextDatum(queue_name);
+	wvalues[1] = key;
+	wvalues[2] = IntervalPGetDatum(&cfg->dedup_window);
+	queue_spi_exec(queue_prepare_cached(&window_plan, WINDOW_SQL, 3, wtypes),
+				   wvalues, NULL, false, 1, SPI_OK_SELECT, "dedup window lookup");
+	if (SPI_processed != 1)
+		return false;
+	*item_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+										   SPI_tuptable->tupdesc, 1, &isnull));
+	return true;
+}
+
+/*
+ * Take back items this call just inserted (their keys were completed within
+ * the dedup window after all).  Inside the SPI connection.
+ */
+static void
+undo_inserts(Datum qname, Datum *item_ids, int nitems)
+{
+	Oid			types[2] = {TEXTOID, INT8ARRAYOID};
+	Datum		values[2];
+
+	values[0] = qname;
+	values[1] = PointerGetDatum(construct_array(item_ids, nitems, INT8OID, 8,
+												FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	queue_spi_exec(queue_prepare_cached(&undo_plan, UNDO_SQL, 2, types),
+				   values, NULL, false, 0, SPI_OK_DELETE, "taking back items");
+	if (SPI_processed != (uint64) nitems)
+		elog(ERROR, "queue: took back " UINT64_FORMAT " of %d items", SPI_processed, nitems);
+}
+
+/*
  * queue.enqueue(queue_name text, payload jsonb, priority int = 2,
  *				 run_at timestamptz = now(), dedup_key text = NULL,
  *				 expires_at timestamptz = NULL, max_attempts int = NULL,
@@ -277,24 +328,7 @@ queue_enqueue(PG_FUNCTION_ARGS)
 
 	/* A key completed within the dedup window stands for its item. */
 	if (has_key && cfg.has_dedup_window)
-	{
-		Oid			wtypes[3] = {TEXTOID, TEXTOID, INTERVALOID};
-		Datum		wvalues[3];
-
-		wvalues[0] = CStringGetTextDatum(queue_name);
-		wvalues[1] = PG_GETARG_DATUM(4);
-		wvalues[2] = IntervalPGetDatum(&cfg.dedup_window);
-		queue_spi_exec(queue_prepare_cached(&window_plan, WINDOW_SQL, 3, wtypes),
-					   wvalues, NULL, false, 1, SPI_OK_SELECT, "dedup window lookup");
-		if (SPI_processed == 1)
-		{
-			bool		isnull;
-
-			item_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-												  SPI_tuptable->tupdesc, 1, &isnull));
-			found = true;
-		}
-	}
+		found = window_holder(queue_name, PG_GETARG_DATUM(4), &cfg, &item_id);
 
 	for (int tries = 0; !found && tries < DEDUP_RETRIES; tries++)
 	{
@@ -352,6 +386,25 @@ queue_enqueue(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("could not settle dedup_key conflict on queue \"%s\"", queue_name),
 				 errhint("Retry the transaction.")));
+
+	/*
+	 * NB: the holder's completion may have committed after the window
+	 * lookup, while the INSERT waited on the row it deleted: the key is in
+	 * dedup_done now, and this statement's snapshot sees it.
+	 */
+	if (inserted && cfg.has_dedup_window)
+	{
+		int64		done_id;
+
+		if (window_holder(queue_name, PG_GETARG_DATUM(4), &cfg, &done_id))
+		{
+			Datum		mine = Int64GetDatum(item_id);
+
+			undo_inserts(CStringGetTextDatum(queue_name), &mine, 1);
+			item_id = done_id;
+			inserted = false;
+		}
+	}
 
 	if (inserted)
 	{
@@ -422,6 +475,46 @@ resolve_keys(SPIPlanPtr plan, Datum *values, int n, Datum *keys, bool *key_nulls
 			ids[i] = h->item_id;
 	}
 	hash_destroy(holders);
+}
+
+/*
+ * After enqueue_batch's insert: the keys it inserted that were completed
+ * within the dedup window meanwhile stand for their completed items (every
+ * position with such a key gets that id), and the items inserted for them
+ * are taken back.  Returns how many items stay inserted.
+ */
+static int
+recheck_window(const QueueConfig *cfg, Datum *kvalues, int n, Datum *keys,
+			   bool *key_nulls, int64 *ids, bool *to_insert)
+{
+	Oid			ktypes[3] = {TEXTOID, TEXTARRAYOID, INTERVALOID};
+	Datum	   *mine = palloc(sizeof(Datum) * n);
+	int64	   *done_ids = palloc0(sizeof(int64) * n);
+	int			nmine = 0;
+	int			nundo = 0;
+	int			nkept = 0;
+
+	for (int i = 0; i < n; i++)
+		if (to_insert[i] && !key_nulls[i])
+			mine[nmine++] = keys[i];
+	kvalues[1] = PointerGetDatum(construct_array(mine, nmine, TEXTOID, -1, false, TYPALIGN_INT));
+	resolve_keys(queue_prepare_cached(&batch_window_plan, BATCH_WINDOW_SQL, 3, ktypes),
+				 kvalues, n, keys, key_nulls, done_ids);
+	for (int i = 0; i < n; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (done_ids[i] != 0)
+		{
+			if (to_insert[i])
+				mine[nundo++] = Int64GetDatum(ids[i]);
+			ids[i] = done_ids[i];
+			to_insert[i] = false;
+		}
+		nkept += to_insert[i];
+	}
+	if (nundo > 0)
+		undo_inserts(kvalues[0], mine, nundo);
+	return nkept;
 }
 
 /*
@@ -649,6 +742,10 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 							 errmsg("could not settle dedup_key conflict on queue \"%s\"", queue_name),
 							 errhint("Retry the transaction.")));
 		}
+
+		/* NB: as in enqueue, a completion may have committed meanwhile */
+		if (ninserted > 0 && any_key && cfg.has_dedup_window)
+			ninserted = recheck_window(&cfg, kvalues, n, keys, key_nulls, ids, to_insert);
 
 		if (ninserted > 0)
 		{
