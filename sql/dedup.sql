@@ -91,6 +91,12 @@ SELECT count(*) AS history FROM queue.history WHERE queue_name = 'q_window' AND 
 SELECT queue.enqueue('q_window', '{"w": "1 after purge"}', dedup_key => 'w1') = :w1 AS still_deduplicated;
 SELECT count(*) AS live FROM queue.items WHERE queue_name = 'q_window' AND dedup_key = 'w1';
 
+-- case: with dedup_window, items without a key go in as usual, alone and in a batch
+SELECT queue.enqueue('q_window', '{"w": "no key"}') > 0 AS keyless_in;
+SELECT count(*) AS keyless_batch FROM queue.enqueue_batch('q_window', ARRAY['{"w": "a"}', '{"w": "b"}']::jsonb[]);
+SELECT count(*) AS mixed_batch
+  FROM queue.enqueue_batch('q_window', ARRAY['{"w": "c"}', '{"w": "d"}']::jsonb[], dedup_keys => ARRAY[NULL, 'w-new']);
+
 SELECT queue.drop_queue('q_short_window', force => true);
 SELECT queue.drop_queue('q_window', force => true);
 SELECT queue.drop_queue('q_dedup_other', force => true);

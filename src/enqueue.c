@@ -392,7 +392,7 @@ queue_enqueue(PG_FUNCTION_ARGS)
 	 * lookup, while the INSERT waited on the row it deleted: the key is in
 	 * dedup_done now, and this statement's snapshot sees it.
 	 */
-	if (inserted && cfg.has_dedup_window)
+	if (inserted && has_key && cfg.has_dedup_window)
 	{
 		int64		done_id;
 
