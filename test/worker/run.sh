@@ -387,6 +387,120 @@ if want usage; then
 	like "usage: --version" "$("$WORKER" --version)" '^queue-worker [0-9]'
 fi
 
+# -- case: how a command stopped at shutdown ends ------------------------
+if want grace; then
+	# a command that finishes its work when told to stop
+	cat >"$TMP/on-term.sh" <<'EOS'
+#!/bin/sh
+cat >/dev/null
+trap 'echo "{\"finished_on\": \"TERM\"}"; exit 0' TERM
+sleep 30 &
+wait
+EOS
+	chmod +x "$TMP/on-term.sh"
+	sql "SELECT queue.create_queue('t_grace')" >/dev/null
+	sql "SELECT queue.enqueue('t_grace', '{\"n\": 1}')" >/dev/null
+	bg_worker t_grace grace1 --grace 1s --exec "$TMP/on-term.sh"
+	w=$BG
+	wait_for 10 "SELECT count(*) = 1 FROM queue.items WHERE queue_name = 't_grace' AND state = 'processing'"
+	kill -TERM "$w"
+	wait "$w"
+	is "grace: worker exits 0" "$?" 0
+	is "grace: a command that exits 0 when stopped at the end of the grace period completes its item" \
+		"$(sql "SELECT attempts || ' ' || result::text FROM queue.history WHERE queue_name = 't_grace'")" \
+		'1 {"finished_on": "TERM"}'
+
+	# --timeout: the same command is failed, however it exits
+	sql "SELECT queue.create_queue('t_tmo0', max_attempts => 1)" >/dev/null
+	sql "SELECT queue.enqueue('t_tmo0', '{\"n\": 1}')" >/dev/null
+	worker t_tmo0 tmo1 --max-items 1 --timeout 1s --exec "$TMP/on-term.sh"
+	is "grace: a command stopped by --timeout that exits 0 is failed (WORKER_TIMEOUT)" \
+		"$(sql "SELECT reason || ' ' || error_code FROM queue.dead_letters WHERE queue_name = 't_tmo0'")" \
+		"max_attempts WORKER_TIMEOUT"
+
+	# a command that always outlives the grace period: the attempt counts
+	sql "SELECT queue.create_queue('t_outlive', max_attempts => 3)" >/dev/null
+	sql "SELECT queue.enqueue('t_outlive', '{\"n\": 1}')" >/dev/null
+	bg_worker t_outlive outlive1 --grace 1s --release-within 500ms --exec 'exec sleep 30'
+	w=$BG
+	wait_for 10 "SELECT count(*) = 1 FROM queue.items WHERE queue_name = 't_outlive' AND state = 'processing'"
+	sleep 0.6
+	kill -TERM "$w"
+	wait "$w"
+	is "grace: worker exits 0 (outlive)" "$?" 0
+	is "grace: a command stopped after running longer than --release-within counts its attempt" \
+		"$(sql "SELECT attempt || ' ' || error_code
+		        FROM queue.item('t_outlive', (SELECT item_id FROM queue.items WHERE queue_name = 't_outlive'))" 2>&1)" \
+		"1 WORKER_STOPPED"
+fi
+
+# -- case: a command's own children do not outlive its item ---------------
+if want children; then
+	sql "SELECT queue.create_queue('t_kids', lease_timeout => '2 s')" >/dev/null
+	sql "SELECT queue.enqueue('t_kids', '{\"n\": 1}'); SELECT queue.enqueue('t_kids', '{\"n\": 2}')" >/dev/null
+	bg_worker t_kids kids1 --concurrency 2 --exec 'sleep 41.5 | cat'
+	w=$BG
+	wait_for 10 "SELECT count(*) = 2 FROM queue.items WHERE queue_name = 't_kids' AND state = 'processing'"
+	sleep 0.3
+	kill -KILL "$w"
+	wait "$w" 2>/dev/null
+	sleep 0.5
+	is "children: a pipeline's processes die with a worker killed by SIGKILL" \
+		"$(pgrep -f 'sleep 41.5' | wc -l)" 0
+
+	sql "SELECT queue.create_queue('t_kids2')" >/dev/null
+	sql "SELECT queue.enqueue('t_kids2', '{\"n\": 1}')" >/dev/null
+	worker t_kids2 kids2 --max-items 1 --exec '(sleep 42.5 >/dev/null 2>&1 &); echo "{\"left\": \"a child\"}"'
+	is "children: worker exits 0" "$?" 0
+	sleep 0.3
+	is "children: a background child of a finished command is stopped with it" \
+		"$(pgrep -f 'sleep 42.5' | wc -l)" 0
+	is "children: the item completed" \
+		"$(sql "SELECT result::text FROM queue.history WHERE queue_name = 't_kids2'")" '{"left": "a child"}'
+fi
+
+# -- case: poll() fails: the worker does not leave its commands behind ----
+if want pollfail && command -v cc >/dev/null; then
+	cat >"$TMP/failpoll.c" <<'EOS'
+/* poll() with two or more descriptors fails once the file $FAIL_POLL exists */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <unistd.h>
+int
+poll(struct pollfd *fds, nfds_t n, int timeout)
+{
+	static int (*real) (struct pollfd *, nfds_t, int);
+	const char *flag = getenv("FAIL_POLL");
+
+	if (real == NULL)
+		real = (int (*) (struct pollfd *, nfds_t, int)) dlsym(RTLD_NEXT, "poll");
+	if (n >= 2 && flag && access(flag, F_OK) == 0)
+	{
+		errno = ENOMEM;
+		return -1;
+	}
+	return real(fds, n, timeout);
+}
+EOS
+	cc -shared -fPIC -o "$TMP/failpoll.so" "$TMP/failpoll.c" -ldl
+	sql "SELECT queue.create_queue('t_pollfail')" >/dev/null
+	sql "SELECT queue.enqueue('t_pollfail', '{\"n\": 1}')" >/dev/null
+	FAIL_POLL="$TMP/poll-fails" LD_PRELOAD="$TMP/failpoll.so" \
+		ASAN_OPTIONS="${ASAN_OPTIONS:-}:verify_asan_link_order=0" \
+		bg_worker t_pollfail pollfail1 --grace 10s --heartbeat 200ms --exec 'sleep 3; echo "{\"finished\": true}"'
+	w=$BG
+	wait_for 10 "SELECT count(*) = 1 FROM queue.items WHERE queue_name = 't_pollfail' AND state = 'processing'"
+	touch "$TMP/poll-fails"
+	wait "$w"
+	is "pollfail: the worker exits 1" "$?" 1
+	is "pollfail: the running command finished and its item was completed first" \
+		"$(sql "SELECT result::text FROM queue.history WHERE queue_name = 't_pollfail'")" '{"finished": true}'
+	like "pollfail: the log says why it stopped" "$(cat "$LOG/pollfail1.log")" 'poll: .*stopping'
+fi
+
 # -- case: text from the database reaches the terminal harmless ------------
 if want control; then
 	evil=$'bot\e]0;owned\a\e[2J'
