@@ -534,7 +534,8 @@ if want top; then
 	is "top: --once exits 0" "$?" 0
 	like "top: shows the queues and their numbers" "$out" 't_top +1 +0 +0 +0 +0 '
 	like "top: shows the sections" "$out" 'HEALTH'
-	like "top: shows the workers" "$out" 'top1 +(idle|active)'
+	like "top: shows the workers of the queue given with --queue" \
+		"$("$TOP" --dsn "$DSN" --once --queue t_top 2>&1)" 'top1 +(idle|active)'
 	is "top: --queue leaves out the other queues" \
 		"$("$TOP" --dsn "$DSN" --once --queue t_top 2>&1 | grep '^t_' | grep -vc '^t_top ')" 0
 	if printf '%s' "$out" | grep -q $'\033'; then notok "top: --once prints no escape codes"; else ok "top: --once prints no escape codes"; fi

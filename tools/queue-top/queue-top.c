@@ -306,7 +306,9 @@ draw_workers(Frame *f)
 
 	frame_line(f, NULL, "%s", "");
 	r = query(f, "workers",
-			  "SELECT * FROM queue.workers ORDER BY 1 LIMIT 200", 0);
+			  "SELECT * FROM queue.workers w"
+			  " WHERE $1::text IS NULL OR $1::text = ANY (w.queues)"
+			  " ORDER BY 1 LIMIT 200", 1);
 	if (r == NULL)
 		return;
 	nf = PQnfields(r);

@@ -7,7 +7,10 @@
  * is the child's pid), with the payload on stdin and stdout and stderr
  * on non-blocking pipes the main loop polls.  item_kill signals the
  * whole group, so a pipeline or a script's own children stop with it;
- * PR_SET_PDEATHSIG kills the direct child if the worker itself dies.
+ * when the command's first process exits, whatever it left running in
+ * its group is killed too.  If the worker itself dies, PR_SET_PDEATHSIG
+ * kills the first process and the guardian (a process forked at start)
+ * kills the rest of every group.
  * Signals to the worker are turned into bytes on a self-pipe so the loop
  * handles them in order.  item_decide turns an exit status into the
  * report an item owes; the database side sends it.
@@ -31,7 +34,12 @@
 
 #include "worker.h"
 
+static void guardian_watch(pid_t pgid);
+static void guardian_forget(pid_t pgid);
+static void decide_stopped(Item *it);
+
 int			sigpipe_fds[2] = {-1, -1};
+static int	guardian_fd = -1;	/* write end of the pipe to the guardian */
 
 static void
 set_cloexec_nonblock(int fd)
@@ -140,6 +148,7 @@ item_start(Item *it)
 
 	/* parent */
 	setpgid(pid, pid);			/* no race with the child's own call */
+	guardian_watch(pid);
 	fclose(in);
 	close(outp[1]);
 	close(errp[1]);
@@ -335,6 +344,32 @@ signal_name(int sig)
 	}
 }
 
+/*
+ * A command stopped at shutdown that did not finish.  Released (attempt
+ * given back) when it had run less than --release-within; a longer one is
+ * failed transiently (WORKER_STOPPED), so the attempt counts and an item
+ * that always outlives the grace period ends as a dead letter after
+ * max_attempts instead of being run again at every deploy.
+ */
+static void
+decide_stopped(Item *it)
+{
+	double		ran = it->finished_at - it->started_at;
+	char		msg[200];
+
+	if (ran < opt.release_within)
+	{
+		it->outcome = OUT_RELEASE;
+		return;
+	}
+	snprintf(msg, sizeof(msg),
+			 "stopped at worker shutdown after running %.0f s (--release-within %.0f s): the attempt counts",
+			 ran, opt.release_within);
+	it->outcome = OUT_TRANSIENT;
+	it->error = xstrdup(msg);
+	it->error_code = xstrdup("WORKER_STOPPED");
+}
+
 /* The child exited and its pipes are closed: decide the report. */
 void
 item_decide(Item *it)
@@ -353,9 +388,15 @@ item_decide(Item *it)
 		free(tail);
 		return;
 	}
-	if (it->stopping)
+	/*
+	 * Stopped at the end of the grace period: a command that still
+	 * finished (exit 0 or 75) reports like any other; one that died of our
+	 * signal, or gave up with another status, did not finish its work.
+	 */
+	if (it->stopping && !it->timed_out && !(WIFEXITED(st) &&
+		(WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == EXIT_TEMPFAIL)))
 	{
-		it->outcome = OUT_RELEASE;
+		decide_stopped(it);
 		free(tail);
 		return;
 	}
@@ -494,7 +535,128 @@ reap_children(void)
 				items[i].reaped = true;
 				items[i].wstatus = st;
 				items[i].reaped_at = now_mono();
+				/* what the command left running goes with it */
+				kill(-pid, SIGKILL);
+				guardian_forget(pid);
 				break;
 			}
 	}
+}
+
+/*
+ * The guardian: a small process forked at start that knows the process
+ * group of every running command.  PR_SET_PDEATHSIG reaches only a
+ * command's first process, so when the worker dies (even by SIGKILL) the
+ * rest of a pipeline or a script's own children would live on; the
+ * guardian sees its pipe from the worker close and kills every group it
+ * still knows.  It ignores the signals that stop the worker gracefully.
+ * Records are one int each: a group id to watch, or its negation once
+ * the group is gone.
+ */
+static void
+guardian_main(int fd)
+{
+	pid_t	   *groups = NULL;
+	size_t		n = 0,
+				cap = 0;
+	int			rec;
+	int			devnull = open("/dev/null", O_RDWR);
+
+	signal(SIGTERM, SIG_IGN);
+	signal(SIGINT, SIG_IGN);
+	signal(SIGHUP, SIG_IGN);
+	signal(SIGCHLD, SIG_DFL);
+	if (devnull >= 0)
+	{
+		dup2(devnull, 0);
+		dup2(devnull, 1);
+		dup2(devnull, 2);
+	}
+	for (;;)
+	{
+		ssize_t		r = read(fd, &rec, sizeof(rec));
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r != (ssize_t) sizeof(rec))
+			break;				/* the worker is gone */
+		if (rec > 0)
+		{
+			if (n == cap)
+			{
+				cap = cap ? cap * 2 : 64;
+				groups = realloc(groups, cap * sizeof(pid_t));
+				if (groups == NULL)
+					break;
+			}
+			groups[n++] = rec;
+		}
+		else
+			for (size_t i = 0; i < n; i++)
+				if (groups[i] == -rec)
+				{
+					groups[i] = groups[--n];
+					break;
+				}
+	}
+	for (size_t i = 0; groups && i < n; i++)
+		kill(-groups[i], SIGKILL);
+	_exit(0);
+}
+
+void
+start_guardian(void)
+{
+	int			p[2];
+	pid_t		pid;
+
+	if (pipe(p) != 0)
+	{
+		log_msg("cannot start the guardian of the commands' processes: pipe: %s", strerror(errno));
+		return;
+	}
+	pid = fork();
+	if (pid < 0)
+	{
+		log_msg("cannot start the guardian of the commands' processes: fork: %s", strerror(errno));
+		close(p[0]);
+		close(p[1]);
+		return;
+	}
+	if (pid == 0)
+	{
+		close(p[1]);
+		if (sigpipe_fds[0] >= 0)
+		{
+			close(sigpipe_fds[0]);
+			close(sigpipe_fds[1]);
+		}
+		guardian_main(p[0]);
+	}
+	close(p[0]);
+	fcntl(p[1], F_SETFD, FD_CLOEXEC);
+	guardian_fd = p[1];
+}
+
+static void
+guardian_send(int rec)
+{
+	if (guardian_fd >= 0 && write(guardian_fd, &rec, sizeof(rec)) != (ssize_t) sizeof(rec))
+	{
+		log_msg("lost the guardian of the commands' processes: %s", strerror(errno));
+		close(guardian_fd);
+		guardian_fd = -1;
+	}
+}
+
+static void
+guardian_watch(pid_t pgid)
+{
+	guardian_send((int) pgid);
+}
+
+static void
+guardian_forget(pid_t pgid)
+{
+	guardian_send(-(int) pgid);
 }

@@ -107,6 +107,9 @@ usage(void)
 		   "  -m, --max-items N       claim at most N items, then exit when they are done\n"
 		   "  -i, --idle-exit DUR     exit after DUR without work (e.g. 30s)\n"
 		   "  -g, --grace DUR         on SIGTERM/SIGINT, time running items get to finish (default 30s)\n"
+		   "      --release-within DUR  a command stopped at the end of the grace period is released\n"
+		   "                          (attempt given back) if it ran less than DUR, else failed\n"
+		   "                          transiently with WORKER_STOPPED (default 1min)\n"
 		   "  -t, --timeout DUR       kill a command running longer and fail it transiently\n"
 		   "                          with error_code WORKER_TIMEOUT (default: no limit)\n"
 		   "      --poll DUR          poll interval when no notification comes (default 5s)\n"
@@ -129,7 +132,9 @@ usage(void)
 		   "error_code.  A stdout line {\"checkpoint\": {...}} saves progress with\n"
 		   "queue.checkpoint at once; the item's progress survives retries.\n\n"
 		   "SIGTERM, SIGINT or SIGHUP: claim nothing new, let running commands finish for --grace,\n"
-		   "then kill them and release their items; a second signal ends the grace period.\n"
+		   "then stop them (SIGTERM to the command's process group, SIGKILL 3 s later); a command\n"
+		   "that still exits 0 or 75 reports as usual, the others are released (see\n"
+		   "--release-within).  A second signal ends the grace period.\n"
 		   "Exit status: 0 normal end, 1 runtime failure, 2 usage error.\n");
 }
 
@@ -152,6 +157,7 @@ parse_args(int argc, char **argv)
 		{"poll-max", required_argument, NULL, 2},
 		{"heartbeat", required_argument, NULL, 3},
 		{"no-listen", no_argument, NULL, 4},
+		{"release-within", required_argument, NULL, 5},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
@@ -224,6 +230,10 @@ parse_args(int argc, char **argv)
 				break;
 			case 4:
 				opt.listen = false;
+				break;
+			case 5:
+				if (!parse_duration(optarg, &opt.release_within))
+					die_usage("invalid --release-within \"%s\": give a duration such as 1min", optarg);
 				break;
 			case 'v':
 				opt.verbose = true;

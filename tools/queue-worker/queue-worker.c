@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "worker.h"
@@ -44,6 +45,7 @@ typedef struct Loop
 	long		claimed_budget; /* items --max-items still allows */
 	bool		fatal_error;	/* claiming is impossible: wind down */
 	bool		notified;		/* a notification asked for a claim */
+	bool		poll_failed;	/* poll() failed: wind down without it */
 	int			exit_code;
 } Loop;
 
@@ -53,6 +55,7 @@ Options		opt = {
 	.grace = 30.0,
 	.poll = 5.0,
 	.poll_max = 30.0,
+	.release_within = 60.0,
 	.listen = true,
 };
 Totals		totals;
@@ -443,10 +446,9 @@ handle_signals(void)
 
 /*
  * Sleep in poll() until a pipe, a signal, the connection or the next
- * deadline wakes the loop, then handle what woke it.  Returns false when
- * poll itself failed.
+ * deadline wakes the loop, then handle what woke it.
  */
-static bool
+static void
 wait_and_dispatch(Loop *lp)
 {
 	struct pollfd pfds[2 + 2 * MAX_CONCURRENCY];
@@ -487,8 +489,25 @@ wait_and_dispatch(Loop *lp)
 
 	if (poll(pfds, npfd, ms) < 0 && errno != EINTR)
 	{
-		log_msg("poll: %s", strerror(errno));
-		return false;
+		/*
+		 * Without poll the loop still works, by looking at everything
+		 * every 50 ms (the descriptors are non-blocking): stop as after
+		 * SIGTERM, so running commands finish or are stopped, and every
+		 * item is reported before the worker exits.
+		 */
+		struct timespec nap = {0, 50 * 1000 * 1000};
+
+		if (!lp->poll_failed)
+		{
+			log_msg("poll: %s; stopping: nothing new is claimed, running commands get --grace to finish",
+					strerror(errno));
+			lp->poll_failed = true;
+			lp->exit_code = 1;
+			begin_shutdown(0);
+		}
+		nanosleep(&nap, NULL);
+		for (int k = 0; k < npfd; k++)
+			pfds[k].revents = POLLIN;
 	}
 
 	for (int k = 0; k < npfd; k++)
@@ -522,7 +541,6 @@ wait_and_dispatch(Loop *lp)
 
 	/* SIGCHLD may race with the pipe read; reaping is cheap */
 	reap_children();
-	return true;
 }
 
 /* Commands that exited: drain their pipes, then decide their outcome. */
@@ -585,6 +603,7 @@ main(int argc, char **argv)
 	init_worker_name();
 	init_items();
 	setup_signals();
+	start_guardian();
 	startup_checks();
 
 	start_time = now_mono();
@@ -606,11 +625,7 @@ main(int argc, char **argv)
 			continue;
 		if (time_to_exit(&lp))
 			break;
-		if (!wait_and_dispatch(&lp))
-		{
-			lp.exit_code = 1;
-			break;
-		}
+		wait_and_dispatch(&lp);
 		finish_commands();
 	}
 

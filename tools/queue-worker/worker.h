@@ -132,6 +132,7 @@ typedef struct Options
 	double		poll_max;
 	double		heartbeat;		/* 0 = derived from the lease */
 	double		timeout;		/* per-item run time limit, 0 = none */
+	double		release_within; /* stopped at shutdown before this: release */
 	bool		listen;
 	bool		verbose;
 } Options;
@@ -208,6 +209,7 @@ bool		extend_leases(void);
 /* child.c */
 extern int	sigpipe_fds[2];
 void		setup_signals(void);
+void		start_guardian(void);
 const char *signal_name(int sig);
 bool		item_start(Item *it);
 void		item_kill(Item *it, int sig);
