@@ -501,6 +501,136 @@ EOS
 	like "pollfail: the log says why it stopped" "$(cat "$LOG/pollfail1.log")" 'poll: .*stopping'
 fi
 
+# has_arg FUNCTION ARG : does this server's queue.FUNCTION take ARG?
+has_arg() {
+	sql "SELECT coalesce(bool_or('$2' = ANY (p.proargnames)), false) FROM pg_proc p
+	     WHERE p.proname = '$1' AND p.pronamespace = 'queue'::regnamespace"
+}
+skip() { T=$((T + 1)); echo "ok $T - $1 # SKIP $2"; }
+
+# -- case: a bot restarted under its name gets its items back at once ----
+if want samename; then
+	if [ "$(has_arg register_worker restart)" = t ]; then
+		sql "SELECT queue.create_queue('t_same', lease_timeout => '5 min')" >/dev/null
+		sql "SELECT queue.enqueue('t_same', '{\"n\": 1}')" >/dev/null
+		bg_worker t_same same1 --exec 'exec sleep 30'
+		w=$BG
+		wait_for 10 "SELECT count(*) = 1 FROM queue.items WHERE queue_name = 't_same' AND state = 'processing'"
+		kill -KILL "$w"
+		wait "$w" 2>/dev/null
+		t0=$SECONDS
+		worker t_same same1 --max-items 1 --exec 'cat >/dev/null; echo "{\"attempt\": $QUEUE_ATTEMPT}"'
+		is "samename: the restarted worker exits 0" "$?" 0
+		is "samename: it got its predecessor's item back at once, not after the 5 min lease" \
+			"$(sql "SELECT attempts || ' ' || worker FROM queue.history WHERE queue_name = 't_same'")" "2 same1"
+		[ $((SECONDS - t0)) -le 10 ] && ok "samename: within seconds" ||
+			notok "samename: within seconds" "took $((SECONDS - t0)) s"
+		like "samename: the log says the earlier leases were ended" "$(cat "$LOG/same1.log")" 'leases an earlier process held'
+	else
+		skip "samename: restart under the same name" "register_worker has no restart argument here"
+	fi
+fi
+
+# -- case: a claim whose reply was lost comes back within one lease -------
+if want lostreply; then
+	if [ "$(has_arg register_worker restart)" = t ]; then
+		sql "SELECT queue.create_queue('t_lostreply', lease_timeout => '3 s')" >/dev/null
+		bg_worker t_lostreply lr1 --heartbeat 300ms --poll 200ms --max-items 1 \
+			--exec 'cat >/dev/null; echo "{\"attempt\": $QUEUE_ATTEMPT}"'
+		w=$BG
+		sleep 1
+		# A claim made as lr1 on a connection that then closed, as when the
+		# worker's connection dies before dequeue's reply arrives: the
+		# worker never heard of it and goes on heartbeating from its own.
+		# The item is enqueued for later so the worker cannot claim it first.
+		id=$(sql "SELECT queue.enqueue('t_lostreply', '{\"n\": 1}', run_at => now() + interval '1 hour')")
+		sql "UPDATE queue.item_live SET run_at = now() WHERE item_id = $id" >/dev/null 2>&1
+		sql "SELECT queue.heartbeat('lr1'); SELECT count(*) FROM queue.dequeue('t_lostreply', 'lr1', 1)" >"$LOG/lostreply.sql" 2>&1
+		t0=$SECONDS
+		if wait_for 15 "SELECT count(*) = 1 FROM queue.history WHERE queue_name = 't_lostreply'"; then
+			ok "lostreply: the worker's heartbeat did not keep the lost claim alive"
+		else
+			notok "lostreply: the worker's heartbeat did not keep the lost claim alive" \
+				"$(sql "SELECT state || ' ' || coalesce(worker, '-') || ' ' || coalesce(lease_expires_at::text, '-') FROM queue.items WHERE queue_name = 't_lostreply'")"
+		fi
+		[ $((SECONDS - t0)) -le 8 ] && ok "lostreply: it came back within about one lease (3 s)" ||
+			notok "lostreply: it came back within about one lease (3 s)" "took $((SECONDS - t0)) s"
+		wait "$w"
+		is "lostreply: then the same worker processed it" \
+			"$(sql "SELECT attempts || ' ' || worker FROM queue.history WHERE queue_name = 't_lostreply'")" "2 lr1"
+	else
+		skip "lostreply: a lost claim is not kept alive by the heartbeat" "register_worker has no restart argument here"
+	fi
+fi
+
+# -- case: --labels reach register_worker ---------------------------------
+if want labels; then
+	sql "SELECT queue.create_queue('t_labels')" >/dev/null
+	"$WORKER" --dsn "$DSN" --queue t_labels --labels 'gpu,,x' --exec true >/dev/null 2>"$LOG/labels.err"
+	is "labels: a malformed --labels exits 2" "$?" 2
+	if [ "$(has_arg register_worker labels)" = t ]; then
+		worker t_labels lab1 --labels gpu,eu-west --idle-exit 300ms --exec true
+		is "labels: worker exits 0" "$?" 0
+		is "labels: the worker is registered with its labels" \
+			"$(sql "SELECT labels::text FROM queue.worker_registry WHERE worker = 'lab1'")" "{gpu,eu-west}"
+		if [ "$(has_arg enqueue requires)" = t ]; then
+			sql "SELECT queue.enqueue('t_labels', '{\"n\": 1}', requires => '{gpu}')" >/dev/null
+			worker t_labels nolab --idle-exit 1s --exec true
+			is "labels: a worker without the label does not get the item" \
+				"$(sql "SELECT count(*) FROM queue.history WHERE queue_name = 't_labels'")" 0
+			worker t_labels lab2 --labels gpu --max-items 1 --exec true
+			is "labels: a worker with the label does" \
+				"$(sql "SELECT worker FROM queue.history WHERE queue_name = 't_labels'")" lab2
+		fi
+	else
+		"$WORKER" --dsn "$DSN" --queue t_labels --labels gpu --exec true >/dev/null 2>"$LOG/labels.err"
+		is "labels: on a server without labels, --labels exits 1" "$?" 1
+	fi
+fi
+
+# -- case: behind a pooler in transaction mode, the worker polls ---------
+if want pooler; then
+	PGB=$(command -v pgbouncer || ls /usr/sbin/pgbouncer 2>/dev/null)
+	if [ -n "$PGB" ]; then
+		BPORT=$((PORT + 1000))
+		echo '"postgres" ""' >"$TMP/userlist.txt"
+		cat >"$TMP/pgbouncer.ini" <<EOF
+[databases]
+postgres = host=$TMP port=$PORT dbname=postgres
+[pgbouncer]
+listen_addr =
+listen_port = $BPORT
+unix_socket_dir = $TMP
+auth_type = trust
+auth_file = $TMP/userlist.txt
+pool_mode = transaction
+default_pool_size = 3
+min_pool_size = 3
+server_round_robin = 1
+logfile = $LOG/pgbouncer.log
+pidfile = $TMP/pgbouncer.pid
+EOF
+		"$PGB" -d "$TMP/pgbouncer.ini" >/dev/null 2>&1
+		sleep 1
+		[ -f "$TMP/pgbouncer.pid" ] && PIDS+=("$(cat "$TMP/pgbouncer.pid")")
+		sql "SELECT queue.create_queue('t_pooled')" >/dev/null
+		sql "SELECT queue.enqueue('t_pooled', '{\"n\": 1}')" >/dev/null
+		# open the pool's server connections first
+		for _ in 1 2 3; do
+			"$BINDIR/psql" -X -q -A -t -h "$TMP" -p "$BPORT" -d postgres -c 'SELECT pg_sleep(0.3)' >/dev/null 2>&1 &
+		done
+		wait
+		timeout 60 "$WORKER" --dsn "host=$TMP port=$BPORT dbname=postgres" --queue t_pooled --name pooled1 \
+			--poll 200ms --max-items 1 --exec 'cat >/dev/null; echo "{}"' >"$LOG/pooled1.out" 2>"$LOG/pooled1.log"
+		is "pooler: the worker works through PgBouncer in transaction mode" "$?" 0
+		like "pooler: and says that LISTEN needs a direct connection" "$(cat "$LOG/pooled1.log")" \
+			'LISTEN needs a direct connection.*polls every 0.2 s'
+		[ -f "$TMP/pgbouncer.pid" ] && kill "$(cat "$TMP/pgbouncer.pid")" 2>/dev/null
+	else
+		skip "pooler: LISTEN behind PgBouncer" "pgbouncer is not installed"
+	fi
+fi
+
 # -- case: text from the database reaches the terminal harmless ------------
 if want control; then
 	evil=$'bot\e]0;owned\a\e[2J'

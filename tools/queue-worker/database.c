@@ -35,7 +35,7 @@ static double reconnect_delay = RECONNECT_MIN;
 
 static PGconn *open_connection(char *errbuf, size_t errlen);
 static void start_listening(void);
-static void register_worker(void);
+static void register_worker(bool restart);
 
 /*
  * Run one parameterized statement.  On success returns Q_OK and the
@@ -148,6 +148,36 @@ open_connection(char *errbuf, size_t errlen)
 	return c;
 }
 
+/*
+ * Is this connection handed to another server session between
+ * transactions, as PgBouncer does in transaction pooling?  Then three
+ * statements in a row may run in different backends.  (With one server
+ * connection in the pool this cannot tell; --no-listen is the sure way.)
+ */
+static bool
+connection_is_pooled(void)
+{
+	char		first[16] = "";
+
+	for (int i = 0; i < 3; i++)
+	{
+		PGresult   *res;
+
+		if (run_query("checking for a pooler", "SELECT pg_catalog.pg_backend_pid()::text",
+					  0, NULL, &res, NULL) != Q_OK)
+			return false;
+		if (i == 0)
+			snprintf(first, sizeof(first), "%s", PQgetvalue(res, 0, 0));
+		else if (strcmp(first, PQgetvalue(res, 0, 0)) != 0)
+		{
+			PQclear(res);
+			return true;
+		}
+		PQclear(res);
+	}
+	return false;
+}
+
 /* LISTEN on queue_<name>; see the file header for why this is safe. */
 static void
 start_listening(void)
@@ -159,6 +189,14 @@ start_listening(void)
 
 	if (!opt.listen || conn == NULL)
 		return;
+	if (connection_is_pooled())
+	{
+		log_msg("this connection moves between server sessions (a pooler in transaction mode, "
+				"such as PgBouncer): LISTEN needs a direct connection or session pooling, so this "
+				"worker polls every %.1f s instead (--no-listen says so without checking)", opt.poll);
+		opt.listen = false;
+		return;
+	}
 	snprintf(channel, sizeof(channel), "queue_%s", opt.queue);
 	ident = PQescapeIdentifier(conn, channel, strlen(channel));
 	if (ident == NULL)
@@ -167,17 +205,76 @@ start_listening(void)
 	PQfreemem(ident);
 	r = PQexec(conn, sql);
 	if (PQresultStatus(r) != PGRES_COMMAND_OK)
-		log_msg("LISTEN failed, falling back to polling: %s", PQerrorMessage(conn));
+	{
+		char		msg[256];
+
+		snprintf(msg, sizeof(msg), "%s", PQerrorMessage(conn));
+		msg[strcspn(msg, "\n")] = '\0';
+		log_msg("LISTEN failed (%s): LISTEN needs a direct connection or session pooling, "
+				"so this worker polls every %.1f s instead", msg, opt.poll);
+	}
 	PQclear(r);
 }
 
+/*
+ * What this server's register_worker accepts: labels (capability routing)
+ * and restart arrived after 0.2.0's first releases, so the worker asks
+ * pg_proc once at start and uses them when they are there.
+ */
+static bool server_has_labels;
+static bool server_has_restart;
+
 static void
-register_worker(void)
+detect_register_args(void)
 {
+	PGresult   *res;
+
+	if (run_query("looking up register_worker",
+				  "SELECT coalesce(bool_or('labels' = ANY (p.proargnames)), false),"
+				  " coalesce(bool_or('restart' = ANY (p.proargnames)), false)"
+				  " FROM pg_catalog.pg_proc p"
+				  " WHERE p.proname = 'register_worker'"
+				  "   AND p.pronamespace = 'queue'::pg_catalog.regnamespace",
+				  0, NULL, &res, NULL) != Q_OK)
+		return;
+	server_has_labels = PQgetvalue(res, 0, 0)[0] == 't';
+	server_has_restart = PQgetvalue(res, 0, 1)[0] == 't';
+	PQclear(res);
+	if (opt.labels && !server_has_labels)
+	{
+		fprintf(stderr, "%s: this database's queue extension does not know worker labels\n"
+				"Update the extension (ALTER EXTENSION queue UPDATE), or run without --labels.\n",
+				progname);
+		exit(1);
+	}
+}
+
+/*
+ * Register the worker.  At start (restart true) every lease still held
+ * under this name ends at once, so a restarted bot's items come back now
+ * instead of after their lease; after a reconnect the same process still
+ * holds its items, so it only registers again.
+ */
+static void
+register_worker(bool restart)
+{
+	/* $5 labels as "a,b", $6 restart; constant texts, values as parameters */
+	static const char *const sql[2][2] = {
+		{"SELECT queue.register_worker($1, ARRAY[$2]::text[], $3::int, $4::jsonb)",
+		 "SELECT queue.register_worker($1, ARRAY[$2]::text[], $3::int, $4::jsonb,"
+		 " restart => $5::boolean)"},
+		{"SELECT queue.register_worker($1, ARRAY[$2]::text[], $3::int, $4::jsonb,"
+		 " labels => pg_catalog.string_to_array($5, ','))",
+		 "SELECT queue.register_worker($1, ARRAY[$2]::text[], $3::int, $4::jsonb,"
+		 " labels => pg_catalog.string_to_array($5, ','), restart => $6::boolean)"}
+	};
 	char		cap[16];
 	char		info[512];
 	char		host[128] = "";
-	const char *vals[4];
+	const char *vals[6];
+	int			nvals = 4;
+	bool		use_labels = opt.labels != NULL && server_has_labels;
+	bool		use_restart = restart && server_has_restart;
 	PGresult   *res;
 
 	gethostname(host, sizeof(host) - 1);
@@ -192,10 +289,17 @@ register_worker(void)
 	vals[1] = opt.queue;
 	vals[2] = cap;
 	vals[3] = info;
-	if (run_query("register_worker",
-				  "SELECT queue.register_worker($1, ARRAY[$2]::text[], $3::int, $4::jsonb)",
-				  4, vals, &res, NULL) == Q_OK)
+	if (use_labels)
+		vals[nvals++] = opt.labels;
+	if (use_restart)
+		vals[nvals++] = "true";
+	if (run_query("register_worker", sql[use_labels][use_restart],
+				  nvals, vals, &res, NULL) == Q_OK)
+	{
 		PQclear(res);
+		if (use_restart)
+			log_msg("registered; leases an earlier process held under this name were ended");
+	}
 }
 
 bool
@@ -215,7 +319,7 @@ try_connect(void)
 	log_msg("connected to the database again");
 	reconnect_delay = RECONNECT_MIN;
 	start_listening();
-	register_worker();
+	register_worker(false);
 	return conn != NULL;
 }
 
@@ -593,7 +697,8 @@ startup_checks(void)
 		opt.heartbeat = fmin(10.0, fmax(0.5, lease_secs / 3.0));
 
 	start_listening();
-	register_worker();
+	detect_register_args();
+	register_worker(true);
 }
 
 /* When the loop should call try_connect again. */

@@ -74,6 +74,20 @@ parse_long(const char *s, long lo, long hi, long *out)
 	return true;
 }
 
+/* --labels: non-empty words separated by single commas. */
+static bool
+valid_labels(const char *s)
+{
+	size_t		n = strlen(s);
+
+	if (n == 0 || n > 1000 || s[0] == ',' || s[n - 1] == ',' || strstr(s, ",,"))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char) s[i] < 0x21 || s[i] == '"' || s[i] == '\\' || s[i] == 0x7f)
+			return false;
+	return true;
+}
+
 /* Queue names as the extension accepts them: ^[a-z][a-z0-9_]{0,46}$ */
 static bool
 valid_queue_name(const char *s)
@@ -104,6 +118,8 @@ usage(void)
 		   "  -b, --batch N           items claimed per dequeue (default: free slots)\n"
 		   "  -l, --lease INTERVAL    lease per claim, e.g. 5min (default: the queue's lease_timeout)\n"
 		   "  -n, --name NAME         worker name (default: host-pid)\n"
+		   "      --labels L1,L2      what this worker can do (capability routing): it is handed\n"
+		   "                          only items whose requires are all among its labels\n"
 		   "  -m, --max-items N       claim at most N items, then exit when they are done\n"
 		   "  -i, --idle-exit DUR     exit after DUR without work (e.g. 30s)\n"
 		   "  -g, --grace DUR         on SIGTERM/SIGINT, time running items get to finish (default 30s)\n"
@@ -158,6 +174,7 @@ parse_args(int argc, char **argv)
 		{"heartbeat", required_argument, NULL, 3},
 		{"no-listen", no_argument, NULL, 4},
 		{"release-within", required_argument, NULL, 5},
+		{"labels", required_argument, NULL, 6},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
@@ -230,6 +247,11 @@ parse_args(int argc, char **argv)
 				break;
 			case 4:
 				opt.listen = false;
+				break;
+			case 6:
+				if (!valid_labels(optarg))
+					die_usage("invalid --labels \"%s\": give labels separated by commas, such as gpu,eu-west", optarg);
+				opt.labels = optarg;
 				break;
 			case 5:
 				if (!parse_duration(optarg, &opt.release_within))

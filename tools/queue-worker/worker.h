@@ -123,6 +123,7 @@ typedef struct Options
 	const char *exec;
 	const char *name;
 	const char *lease;			/* interval text, NULL = queue's default */
+	const char *labels;			/* "a,b" for register_worker, NULL = none */
 	int			concurrency;
 	int			batch;			/* 0 = as many as free slots */
 	long		max_items;		/* 0 = unlimited */
