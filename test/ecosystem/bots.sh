@@ -73,7 +73,7 @@ bot_cases() {
 	if wait_for 10 "SELECT worker = '$w1' FROM queue.items WHERE queue_name = '$q' AND item_id = $id AND state = 'processing'"; then
 		sql "UPDATE queue.item_live SET lease_expires_at = now() - interval '1 s', visible_at = now() - interval '1 s'
 		      WHERE queue_name = '$q' AND item_id = $id" >/dev/null
-		tok=$(sql "SELECT lease_token FROM queue.dequeue('$q', 'thief')")
+		tok=$(sql "SELECT lease_token FROM queue.dequeue('$q', 'thief', lease_timeout => '1 min')")
 		if wait_for 10 "SELECT EXISTS (SELECT 1 FROM queue.workers WHERE worker = '$w1')" &&
 			timeout 8 bash -c "until grep -q 'lost the lease of item $id' '$LOG/$w1.log'; do sleep 0.1; done"; then
 			ok "$lang: a lost lease (complete returned false) is noticed and the item dropped"
