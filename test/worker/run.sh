@@ -563,6 +563,34 @@ if want lostreply; then
 	fi
 fi
 
+# -- case: the operator cancels a running item ---------------------------
+if want cancel; then
+	if [ "$(sql "SELECT count(*) FROM pg_attribute WHERE attrelid = 'queue.item_live'::regclass
+	             AND attname = 'cancel_requested_at' AND NOT attisdropped")" = 1 ]; then
+		sql "SELECT queue.create_queue('t_cancel', lease_timeout => '3 s')" >/dev/null
+		id=$(sql "SELECT queue.enqueue('t_cancel', '{\"n\": 1}')")
+		bg_worker t_cancel cancel1 --concurrency 2 --idle-exit 2s --exec 'grep -q "\"n\": 1" && exec sleep 60.5; echo "{}"'
+		w=$BG
+		wait_for 10 "SELECT count(*) = 1 FROM queue.items WHERE queue_name = 't_cancel' AND state = 'processing'"
+		sql "SELECT queue.cancel('t_cancel', $id, 'wrong customer')" >/dev/null
+		t0=$SECONDS
+		while [ $((SECONDS - t0)) -lt 10 ] && pgrep -f 'sleep 60.5' >/dev/null; do sleep 0.1; done
+		[ $((SECONDS - t0)) -le 2 ] && ! pgrep -f 'sleep 60.5' >/dev/null &&
+			ok "cancel: the command stopped within one lease-extension interval (1 s)" ||
+			notok "cancel: the command stopped within one lease-extension interval (1 s)" "took $((SECONDS - t0)) s"
+		wait_for 10 "SELECT count(*) = 1 FROM queue.dead_letters WHERE queue_name = 't_cancel'"
+		is "cancel: the item is a dead letter, reason cancelled" \
+			"$(sql "SELECT reason FROM queue.dead_letters WHERE queue_name = 't_cancel'")" cancelled
+		sql "SELECT queue.enqueue('t_cancel', '{\"n\": 2}')" >/dev/null
+		wait "$w"
+		is "cancel: the worker goes on and exits 0" "$?" 0
+		like "cancel: its log says the item was cancelled" "$(cat "$LOG/cancel1.log")" \
+			'item [0-9]+ was cancelled.*cancelled item handed back.*cancelled 1'
+	else
+		skip "cancel: a running item cancelled" "cancel of processing items is not in this extension"
+	fi
+fi
+
 # -- case: --labels reach register_worker ---------------------------------
 if want labels; then
 	sql "SELECT queue.create_queue('t_labels')" >/dev/null

@@ -388,6 +388,12 @@ item_decide(Item *it)
 		free(tail);
 		return;
 	}
+	if (it->refused)
+	{
+		it->outcome = OUT_RELEASE;
+		free(tail);
+		return;
+	}
 	/*
 	 * Stopped at the end of the grace period: a command that still
 	 * finished (exit 0 or 75) reports like any other; one that died of our

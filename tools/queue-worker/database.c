@@ -388,7 +388,7 @@ claim(int want, char *sqlstate)
 bool
 item_send_checkpoints(Item *it)
 {
-	while (it->ncheckpoints > 0 && !it->lost)
+	while (it->ncheckpoints > 0 && !it->lost && !it->refused)
 	{
 		const char *vals[4] = {opt.queue, it->id, it->token, it->checkpoints[0]};
 		PGresult   *res;
@@ -420,6 +420,74 @@ item_send_checkpoints(Item *it)
 		it->ncheckpoints--;
 	}
 	return true;
+}
+
+/* Count and log what the server said to an item's report. */
+static void
+log_report(Item *it, PGresult *res, double ran)
+{
+	bool		isnull = PQgetisnull(res, 0, 0);
+	const char *v = isnull ? "" : PQgetvalue(res, 0, 0);
+
+	switch (it->outcome)
+	{
+		case OUT_COMPLETE:
+			if (v[0] == 't')
+			{
+				totals.completed++;
+				log_msg("done item %s in %.2f s (attempt %d)", it->id, ran, it->attempt);
+			}
+			else
+			{
+				totals.stale++;
+				log_msg("item %s finished in %.2f s but its lease was no longer current; completion refused",
+						it->id, ran);
+			}
+			break;
+		case OUT_TRANSIENT:
+		case OUT_PERMANENT:
+			if (isnull)
+			{
+				totals.stale++;
+				log_msg("item %s failed in %.2f s but its lease was no longer current; failure not recorded",
+						it->id, ran);
+			}
+			else
+			{
+				char		first[200];
+
+				snprintf(first, sizeof(first), "%s", it->error);
+				first[strcspn(first, "\n")] = '\0';
+				if (!strcmp(v, "dead"))
+					totals.dead++;
+				else
+					totals.retrying++;
+				log_msg("failed item %s in %.2f s (attempt %d/%d, %s%s%s%s): %s",
+						it->id, ran, it->attempt, it->max_attempts,
+						it->outcome == OUT_PERMANENT ? "permanent" : "transient",
+						it->error_code ? ", " : "", it->error_code ? it->error_code : "",
+						!strcmp(v, "dead") ? ", now a dead letter" : ", will retry",
+						first);
+			}
+			break;
+		case OUT_RELEASE:
+			if (v[0] == 't' && it->refused)
+			{
+				totals.cancelled++;
+				log_msg("item %s: command stopped after %.2f s and the cancelled item handed back",
+						it->id, ran);
+			}
+			else if (v[0] == 't')
+			{
+				totals.released++;
+				log_msg("released item %s", it->id);
+			}
+			else
+				log_msg("item %s: release refused (lease no longer current)", it->id);
+			break;
+		default:
+			break;
+	}
 }
 
 /*
@@ -508,67 +576,71 @@ item_report(Item *it)
 		return true;
 	}
 
-	{
-		bool		isnull = PQgetisnull(res, 0, 0);
-		const char *v = isnull ? "" : PQgetvalue(res, 0, 0);
-
-		switch (it->outcome)
-		{
-			case OUT_COMPLETE:
-				if (v[0] == 't')
-				{
-					totals.completed++;
-					log_msg("done item %s in %.2f s (attempt %d)", it->id, ran, it->attempt);
-				}
-				else
-				{
-					totals.stale++;
-					log_msg("item %s finished in %.2f s but its lease was no longer current; completion refused",
-							it->id, ran);
-				}
-				break;
-			case OUT_TRANSIENT:
-			case OUT_PERMANENT:
-				if (isnull)
-				{
-					totals.stale++;
-					log_msg("item %s failed in %.2f s but its lease was no longer current; failure not recorded",
-							it->id, ran);
-				}
-				else
-				{
-					char		first[200];
-
-					snprintf(first, sizeof(first), "%s", it->error);
-					first[strcspn(first, "\n")] = '\0';
-					if (!strcmp(v, "dead"))
-						totals.dead++;
-					else
-						totals.retrying++;
-					log_msg("failed item %s in %.2f s (attempt %d/%d, %s%s%s%s): %s",
-							it->id, ran, it->attempt, it->max_attempts,
-							it->outcome == OUT_PERMANENT ? "permanent" : "transient",
-							it->error_code ? ", " : "", it->error_code ? it->error_code : "",
-							!strcmp(v, "dead") ? ", now a dead letter" : ", will retry",
-							first);
-				}
-				break;
-			case OUT_RELEASE:
-				if (v[0] == 't')
-				{
-					totals.released++;
-					log_msg("released item %s", it->id);
-				}
-				else
-					log_msg("item %s: release refused (lease no longer current)", it->id);
-				break;
-			default:
-				break;
-		}
-	}
+	log_report(it, res, ran);
 	PQclear(res);
 	item_free(it);
 	return true;
+}
+
+/*
+ * Is the item still leased to this worker (same attempt, processing)?
+ * Then extend_lease refused it although the lease is ours: the operator
+ * cancelled it (or a cap refuses to revive an expired lease).
+ */
+static bool
+still_ours(Item *it)
+{
+	char		attempt[16];
+	const char *vals[4] = {opt.queue, it->id, worker_name, attempt};
+	PGresult   *res;
+	bool		ours;
+
+	snprintf(attempt, sizeof(attempt), "%d", it->attempt);
+	if (run_query("looking up a refused item",
+				  "SELECT count(*) > 0 FROM queue.item($1, $2::bigint) i"
+				  " WHERE i.state = 'processing' AND i.worker = $3 AND i.attempt = $4::int",
+				  4, vals, &res, NULL) != Q_OK)
+		return false;
+	ours = PQgetvalue(res, 0, 0)[0] == 't';
+	PQclear(res);
+	return ours;
+}
+
+/*
+ * extend_lease returned NULL: stop the command now, whatever happens next.
+ * If someone else holds the item, say nothing more; if the lease is still
+ * ours (a cancelled item), hand it back with release, which the server
+ * turns into the dead letter the operator asked for.
+ */
+static void
+extension_refused(Item *it)
+{
+	double		age = now_mono() - it->claimed_at;
+
+	if (still_ours(it))
+	{
+		log_msg("item %s was cancelled (extend_lease refused it after %.2f s); stopping the command",
+				it->id, age);
+		it->refused = true;
+		if (it->state == IT_WAITING)
+		{
+			it->state = IT_REPORT;
+			it->outcome = OUT_RELEASE;
+			it->finished_at = now_mono();
+		}
+		else
+			item_kill(it, SIGKILL);
+		return;
+	}
+	log_msg("item %s: lease lost after %.2f s (someone else holds it now)", it->id, age);
+	it->lost = true;
+	if (it->state == IT_WAITING)
+	{
+		totals.lost++;
+		item_free(it);
+	}
+	else
+		item_kill(it, SIGKILL);
 }
 
 /* Keep leases alive; returns false when the connection failed. */
@@ -585,7 +657,7 @@ extend_leases(void)
 		QStatus		qs;
 
 		if ((it->state != IT_WAITING && it->state != IT_RUNNING) || it->lost ||
-			it->next_extend > t)
+			it->refused || it->next_extend > t)
 			continue;
 		vals[0] = opt.queue;
 		vals[1] = it->id;
@@ -611,16 +683,9 @@ extend_leases(void)
 		}
 		else
 		{
-			log_msg("item %s: lease lost after %.2f s (someone else holds it now)",
-					it->id, now_mono() - it->claimed_at);
-			it->lost = true;
-			if (it->state == IT_WAITING)
-			{
-				totals.lost++;
-				item_free(it);
-			}
-			else
-				item_kill(it, SIGKILL);
+			PQclear(res);
+			extension_refused(it);
+			continue;
 		}
 		PQclear(res);
 	}

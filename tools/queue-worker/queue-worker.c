@@ -237,7 +237,7 @@ enforce_deadlines(void)
 
 		if (it->state != IT_RUNNING || it->reaped)
 			continue;
-		if (opt.timeout > 0 && !it->timed_out && !it->lost &&
+		if (opt.timeout > 0 && !it->timed_out && !it->lost && !it->refused &&
 			t - it->started_at >= opt.timeout)
 		{
 			log_msg("item %s ran past --timeout (%.0f s); stopping the command", it->id, opt.timeout);
@@ -245,7 +245,7 @@ enforce_deadlines(void)
 			item_kill(it, SIGTERM);
 			it->kill_at = t + KILL_WAIT;
 		}
-		if (shutting_down && t >= grace_until && !it->stopping && !it->lost)
+		if (shutting_down && t >= grace_until && !it->stopping && !it->lost && !it->refused)
 		{
 			log_msg("item %s still running at the end of the grace period; stopping it and releasing the item",
 					it->id);
@@ -586,10 +586,10 @@ log_summary(void)
 	long		finished = totals.completed + totals.retrying + totals.dead;
 
 	log_msg("summary: claimed %ld, completed %ld, failed %ld (retrying %ld, dead %ld), "
-			"lost lease %ld, released %ld, refused as stale %ld, unreported %ld; "
+			"lost lease %ld, released %ld, cancelled %ld, refused as stale %ld, unreported %ld; "
 			"%.1f s, %.2f items/s",
 			totals.claimed, totals.completed, totals.retrying + totals.dead,
-			totals.retrying, totals.dead, totals.lost, totals.released, totals.stale,
+			totals.retrying, totals.dead, totals.lost, totals.released, totals.cancelled, totals.stale,
 			totals.unreported, secs, secs > 0 ? finished / secs : 0.0);
 }
 

@@ -100,6 +100,8 @@ typedef struct Item
 	int			wstatus;		/* its wait status */
 	double		reaped_at;
 	bool		lost;			/* lease lost: kill, do not report */
+	bool		refused;		/* extend_lease refused a lease still ours
+								 * (cancelled): kill, then release */
 	bool		timed_out;		/* ran past --timeout */
 	bool		stopping;		/* killed at the end of the grace period */
 	double		kill_at;		/* when SIGTERM escalates to SIGKILL */
@@ -147,6 +149,7 @@ typedef struct Totals
 	long		dead;
 	long		lost;
 	long		released;
+	long		cancelled;		/* stopped: the operator cancelled them */
 	long		stale;			/* reports refused: lease no longer ours */
 	long		unreported;		/* outcomes never delivered */
 } Totals;
