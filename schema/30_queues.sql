@@ -252,7 +252,7 @@ COMMENT ON FUNCTION queue.alter_queue(text, interval, int, interval, float8, int
 -- except the settings row; with p_keep_dropped, queue_dropped events stay.
 -- Returns the counts by table.  The caller holds the queue lock
 -- exclusively.  NB: a new table with per-queue rows belongs here and in
--- queue._sweep_leftovers().
+-- queue.sweep_dropped().
 CREATE FUNCTION queue._forget_queue(p_queue text, p_keep_dropped boolean)
 RETURNS jsonb LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$

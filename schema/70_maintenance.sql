@@ -4,7 +4,10 @@
 --
 -- sweep() loops over the queues and runs the per-queue work in
 -- queue._sweep_queue(), each queue in its own subtransaction so that one
--- broken queue never stops the maintenance of the others.  A queue is swept
+-- broken queue never stops the maintenance of the others, all in one
+-- transaction.  The pg_cron job runs the procedure run_sweep() instead,
+-- which sweeps each queue with sweep(queue_name) in a transaction of its
+-- own, so nothing a queue's sweep locked waits for the other queues.  A queue is swept
 -- under a transaction advisory lock taken with pg_try_advisory_xact_lock:
 -- a second sweeper skips the queues the first one holds (its row shows
 -- zeros), so sweeps are safe to run concurrently and never wait.  Every
@@ -366,8 +369,8 @@ COMMENT ON FUNCTION queue._sweep_queue(text) IS 'The per-queue work of sweep(), 
 -- loose index scan); the rows of an unknown name are removed under its
 -- queue lock.  A dropped queue's queue_dropped event is kept for 7 days
 -- (the default retention).  Returns how many rows went.
-CREATE FUNCTION queue._sweep_leftovers()
-RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+CREATE FUNCTION queue.sweep_dropped()
+RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
@@ -424,8 +427,34 @@ BEGIN
     RETURN v_n;
 END
 $$;
-COMMENT ON FUNCTION queue._sweep_leftovers()
+COMMENT ON FUNCTION queue.sweep_dropped()
     IS 'Removes the rows of queues that do not exist (the queue_dropped event after 7 days); returns how many';
+
+-- A row of sweep(queue_name); sweep() returns the same columns.
+CREATE TYPE queue.queue_sweep AS (queue_name text, recovered bigint, dead_lettered bigint,
+                                  expired bigint, aged bigint, purged bigint);
+COMMENT ON TYPE queue.queue_sweep IS 'A row of queue.sweep(queue_name)';
+
+-- One queue's sweep as a row; a failure is a warning and no row, its work
+-- rolled back, so that one broken queue never stops the others.
+CREATE FUNCTION queue._sweep_guarded(p_queue text)
+RETURNS SETOF queue.queue_sweep LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    r record;
+BEGIN
+    BEGIN
+        SELECT * INTO r FROM queue._sweep_queue(p_queue) s;
+    EXCEPTION WHEN OTHERS THEN
+        RAISE WARNING 'sweep of queue "%" failed: %', p_queue, SQLERRM
+            USING DETAIL = format('SQLSTATE %s; the queue''s work of this call was rolled back.', SQLSTATE);
+        RETURN;
+    END;
+    RETURN NEXT ROW(p_queue, r.recovered, r.dead_lettered, r.expired, r.aged, r.purged)::queue.queue_sweep;
+END
+$$;
+COMMENT ON FUNCTION queue._sweep_guarded(text) IS 'One queue''s sweep as a row; a failure is a warning and no row';
 
 CREATE FUNCTION queue.sweep()
 RETURNS TABLE (queue_name text, recovered bigint, dead_lettered bigint, expired bigint,
@@ -435,39 +464,62 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text;
-    r record;
 BEGIN
     FOR v_name IN SELECT c.queue_name FROM queue.queue_config c ORDER BY c.queue_name
     LOOP
-        BEGIN
-            SELECT * INTO r FROM queue._sweep_queue(v_name) s;
-        EXCEPTION WHEN OTHERS THEN
-            -- one broken queue must not stop the maintenance of the others
-            RAISE WARNING 'sweep of queue "%" failed: %', v_name, SQLERRM
-                USING DETAIL = format('SQLSTATE %s; the queue''s work of this call was rolled back.', SQLSTATE);
-            CONTINUE;
-        END;
-        IF r.swept IS NULL THEN
-            CONTINUE;
-        END IF;
-        queue_name := v_name;
-        recovered := r.recovered;
-        dead_lettered := r.dead_lettered;
-        expired := r.expired;
-        aged := r.aged;
-        purged := r.purged;
-        RETURN NEXT;
+        RETURN QUERY SELECT * FROM queue._sweep_guarded(v_name);
     END LOOP;
-    BEGIN
-        PERFORM queue._sweep_leftovers();
-    EXCEPTION WHEN OTHERS THEN
-        RAISE WARNING 'sweep of dropped queues'' leftovers failed: %', SQLERRM
-            USING DETAIL = format('SQLSTATE %s; that work of this call was rolled back.', SQLSTATE);
-    END;
+    PERFORM queue.sweep_dropped();
 END
 $$;
 COMMENT ON FUNCTION queue.sweep()
-    IS 'Maintenance of every queue: offline recovery, spent leases, expiry, aging, retention, breaker and alerts; one row per queue';
+    IS 'Maintenance of every queue in one transaction: offline recovery, spent leases, expiry, aging, retention, breaker and alerts; one row per queue';
+
+CREATE FUNCTION queue.sweep(queue_name text)
+RETURNS SETOF queue.queue_sweep
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text := queue._check_name(sweep.queue_name);
+BEGIN
+    PERFORM 1 FROM queue.queue_config c WHERE c.queue_name = v_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'queue "%" does not exist', v_name
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN QUERY SELECT * FROM queue._sweep_guarded(v_name);
+END
+$$;
+COMMENT ON FUNCTION queue.sweep(text)
+    IS 'The maintenance sweep() does, of one queue; one row';
+
+-- The scheduled sweep: every queue in a transaction of its own, then the
+-- leftovers of dropped queues.  A procedure, so that it can commit between
+-- queues: what it locked in one queue (items it recovered or buried, the
+-- queue's lock and settings row) is free again while it sweeps the next.
+-- It runs as its caller (a procedure that commits may not be SECURITY
+-- DEFINER); what it calls is.  CALL it outside a transaction block.
+CREATE PROCEDURE queue.run_sweep()
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_name text;
+BEGIN
+    FOR v_name IN SELECT q.queue_name FROM queue.queues q ORDER BY q.queue_name
+    LOOP
+        BEGIN
+            PERFORM queue.sweep(v_name);
+        EXCEPTION WHEN undefined_object THEN
+            NULL;   -- dropped since the loop began
+        END;
+        COMMIT;
+    END LOOP;
+    PERFORM queue.sweep_dropped();
+    COMMIT;
+END
+$$;
+COMMENT ON PROCEDURE queue.run_sweep()
+    IS 'sweep() committing after each queue, then the leftovers of dropped queues; what the pg_cron job runs';
 
 -- ----------------------------------------------------------------------
 -- Metrics snapshots
@@ -633,7 +685,7 @@ BEGIN
     -- scheduling by name replaces a job of the same name: enabling twice
     -- changes the schedules, never adds jobs
     PERFORM cron.schedule_in_database('queue_sweep', enable_cron.sweep_schedule,
-                                      'SELECT count(*) FROM queue.sweep()', current_database());
+                                      'CALL queue.run_sweep()', current_database());
     PERFORM cron.schedule_in_database('queue_snapshot_metrics', enable_cron.metrics_schedule,
                                       'SELECT queue.snapshot_metrics()', current_database());
 END

@@ -148,6 +148,7 @@ ALTER FUNCTION queue._can_read(text) SET search_path = pg_catalog, pg_temp;
 
 -- Nothing for PUBLIC: functions are executable by PUBLIC by default.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA queue FROM PUBLIC;
+REVOKE ALL ON ALL PROCEDURES IN SCHEMA queue FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA queue FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA queue FROM PUBLIC;
 REVOKE ALL ON SCHEMA queue FROM PUBLIC;
@@ -212,7 +213,7 @@ BEGIN
          WHERE p.pronamespace = 'queue'::regnamespace
            AND p.proname !~ '^_'
     LOOP
-        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO queue_admin', v_fn);
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON ROUTINE %s TO queue_admin', v_fn);
     END LOOP;
 
     -- Views read by every role may call helper functions of the schema

@@ -1,7 +1,6 @@
 -- drop_queue leaves nothing behind: the queue lock (shared by every call
 -- that uses a queue, exclusive for drop_queue), one function that removes
--- a queue's rows, a new queue starting empty, and sweep removing the rows
--- of queues that no longer exist.
+-- a queue's rows, a new queue starting empty.
 
 CREATE OR REPLACE FUNCTION queue._lock_queue(queue_name text, exclusive boolean) RETURNS void
     LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'queue_lock_queue_sql';
@@ -42,70 +41,8 @@ $$;
 COMMENT ON FUNCTION queue._forget_queue(text, boolean)
     IS 'Deletes the rows of a queue from every per-queue table but the settings; returns the counts by table';
 
-CREATE OR REPLACE FUNCTION queue._sweep_leftovers()
-RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp SET jit = off AS $$
-#variable_conflict use_column
-DECLARE
-    v_name text;
-    v_counts jsonb;
-    v_n bigint := 0;
-BEGIN
-    FOR v_name IN
-        WITH RECURSIVE
-        l(q) AS (SELECT min(t.queue_name) FROM queue.item_live t UNION ALL
-                 SELECT (SELECT min(t.queue_name) FROM queue.item_live t WHERE t.queue_name > l.q)
-                   FROM l WHERE l.q IS NOT NULL),
-        h(q) AS (SELECT min(t.queue_name) FROM queue.item_done t UNION ALL
-                 SELECT (SELECT min(t.queue_name) FROM queue.item_done t WHERE t.queue_name > h.q)
-                   FROM h WHERE h.q IS NOT NULL),
-        x(q) AS (SELECT min(t.queue_name) FROM queue.dead_letters t UNION ALL
-                 SELECT (SELECT min(t.queue_name) FROM queue.dead_letters t WHERE t.queue_name > x.q)
-                   FROM x WHERE x.q IS NOT NULL),
-        e(q) AS (SELECT min(t.queue_name) FROM queue.events t UNION ALL
-                 SELECT (SELECT min(t.queue_name) FROM queue.events t WHERE t.queue_name > e.q)
-                   FROM e WHERE e.q IS NOT NULL),
-        k(q) AS (SELECT min(t.queue_name) FROM queue.dedup_done t UNION ALL
-                 SELECT (SELECT min(t.queue_name) FROM queue.dedup_done t WHERE t.queue_name > k.q)
-                   FROM k WHERE k.q IS NOT NULL),
-        f(q) AS (SELECT min(t.queue_name) FROM queue.failure_log t UNION ALL
-                 SELECT (SELECT min(t.queue_name) FROM queue.failure_log t WHERE t.queue_name > f.q)
-                   FROM f WHERE f.q IS NOT NULL),
-        a(q) AS (SELECT min(t.queue_name) FROM queue.alerts t UNION ALL
-                 SELECT (SELECT min(t.queue_name) FROM queue.alerts t WHERE t.queue_name > a.q)
-                   FROM a WHERE a.q IS NOT NULL),
-        m(q) AS (SELECT min(t.queue_name) FROM queue.metrics_history t UNION ALL
-                 SELECT (SELECT min(t.queue_name) FROM queue.metrics_history t WHERE t.queue_name > m.q)
-                   FROM m WHERE m.q IS NOT NULL),
-        g(q) AS (SELECT min(t.queue_name) FROM queue.queue_grant t UNION ALL
-                 SELECT (SELECT min(t.queue_name) FROM queue.queue_grant t WHERE t.queue_name > g.q)
-                   FROM g WHERE g.q IS NOT NULL)
-        SELECT DISTINCT u.q
-          FROM (SELECT q FROM l UNION ALL SELECT q FROM h UNION ALL SELECT q FROM x
-                UNION ALL SELECT q FROM e UNION ALL SELECT q FROM k UNION ALL SELECT q FROM f
-                UNION ALL SELECT q FROM a UNION ALL SELECT q FROM m UNION ALL SELECT q FROM g) u
-         WHERE u.q IS NOT NULL
-           AND NOT EXISTS (SELECT 1 FROM queue.queue_config c WHERE c.queue_name = u.q)
-         ORDER BY 1
-    LOOP
-        CONTINUE WHEN v_name !~ '^[a-z][a-z0-9_]{0,46}$';   -- no queue can have it
-        PERFORM queue._lock_queue(v_name, true);
-        CONTINUE WHEN EXISTS (SELECT 1 FROM queue.queue_config c WHERE c.queue_name = v_name);
-        v_counts := queue._forget_queue(v_name, true);
-        SELECT v_n + coalesce(sum(c.value::bigint), 0) INTO v_n FROM jsonb_each_text(v_counts) c;
-        DELETE FROM queue.events e
-         WHERE e.queue_name = v_name AND e.kind = 'queue_dropped' AND e.at < now() - interval '7 days';
-    END LOOP;
-    -- totals of dropped queues: snapshot_metrics removes them
-    RETURN v_n;
-END
-$$;
-COMMENT ON FUNCTION queue._sweep_leftovers()
-    IS 'Removes the rows of queues that do not exist (the queue_dropped event after 7 days); returns how many';
-
 REVOKE ALL ON FUNCTION queue._lock_queue(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._forget_queue(text, boolean) FROM PUBLIC;
-REVOKE ALL ON FUNCTION queue._sweep_leftovers() FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION queue.create_queue(
     queue_name          text,

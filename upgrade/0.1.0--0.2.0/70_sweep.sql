@@ -1,5 +1,17 @@
--- sweep: holds the queue lock of the queue it sweeps, removes the rows of
--- queues that no longer exist.
+-- sweep: holds the queue lock of the queue it sweeps; sweep(queue_name) for
+-- one queue; the procedure run_sweep() that the pg_cron job calls commits
+-- after each queue; sweep_dropped() removes the rows of queues that no
+-- longer exist.
+
+DO $$
+BEGIN
+    IF pg_catalog.to_regtype('queue.queue_sweep') IS NULL THEN
+        CREATE TYPE queue.queue_sweep AS (queue_name text, recovered bigint, dead_lettered bigint,
+                                          expired bigint, aged bigint, purged bigint);
+    END IF;
+END
+$$;
+COMMENT ON TYPE queue.queue_sweep IS 'A row of queue.sweep(queue_name)';
 
 CREATE OR REPLACE FUNCTION queue._sweep_queue(p_queue text,
                                    OUT swept boolean, OUT recovered bigint,
@@ -198,6 +210,86 @@ END
 $$;
 COMMENT ON FUNCTION queue._sweep_queue(text) IS 'The per-queue work of sweep(), under the queue''s sweep lock';
 
+CREATE OR REPLACE FUNCTION queue._sweep_guarded(p_queue text)
+RETURNS SETOF queue.queue_sweep LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    r record;
+BEGIN
+    BEGIN
+        SELECT * INTO r FROM queue._sweep_queue(p_queue) s;
+    EXCEPTION WHEN OTHERS THEN
+        RAISE WARNING 'sweep of queue "%" failed: %', p_queue, SQLERRM
+            USING DETAIL = format('SQLSTATE %s; the queue''s work of this call was rolled back.', SQLSTATE);
+        RETURN;
+    END;
+    RETURN NEXT ROW(p_queue, r.recovered, r.dead_lettered, r.expired, r.aged, r.purged)::queue.queue_sweep;
+END
+$$;
+COMMENT ON FUNCTION queue._sweep_guarded(text) IS 'One queue''s sweep as a row; a failure is a warning and no row';
+
+CREATE OR REPLACE FUNCTION queue.sweep_dropped()
+RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text;
+    v_counts jsonb;
+    v_n bigint := 0;
+BEGIN
+    FOR v_name IN
+        WITH RECURSIVE
+        l(q) AS (SELECT min(t.queue_name) FROM queue.item_live t UNION ALL
+                 SELECT (SELECT min(t.queue_name) FROM queue.item_live t WHERE t.queue_name > l.q)
+                   FROM l WHERE l.q IS NOT NULL),
+        h(q) AS (SELECT min(t.queue_name) FROM queue.item_done t UNION ALL
+                 SELECT (SELECT min(t.queue_name) FROM queue.item_done t WHERE t.queue_name > h.q)
+                   FROM h WHERE h.q IS NOT NULL),
+        x(q) AS (SELECT min(t.queue_name) FROM queue.dead_letters t UNION ALL
+                 SELECT (SELECT min(t.queue_name) FROM queue.dead_letters t WHERE t.queue_name > x.q)
+                   FROM x WHERE x.q IS NOT NULL),
+        e(q) AS (SELECT min(t.queue_name) FROM queue.events t UNION ALL
+                 SELECT (SELECT min(t.queue_name) FROM queue.events t WHERE t.queue_name > e.q)
+                   FROM e WHERE e.q IS NOT NULL),
+        k(q) AS (SELECT min(t.queue_name) FROM queue.dedup_done t UNION ALL
+                 SELECT (SELECT min(t.queue_name) FROM queue.dedup_done t WHERE t.queue_name > k.q)
+                   FROM k WHERE k.q IS NOT NULL),
+        f(q) AS (SELECT min(t.queue_name) FROM queue.failure_log t UNION ALL
+                 SELECT (SELECT min(t.queue_name) FROM queue.failure_log t WHERE t.queue_name > f.q)
+                   FROM f WHERE f.q IS NOT NULL),
+        a(q) AS (SELECT min(t.queue_name) FROM queue.alerts t UNION ALL
+                 SELECT (SELECT min(t.queue_name) FROM queue.alerts t WHERE t.queue_name > a.q)
+                   FROM a WHERE a.q IS NOT NULL),
+        m(q) AS (SELECT min(t.queue_name) FROM queue.metrics_history t UNION ALL
+                 SELECT (SELECT min(t.queue_name) FROM queue.metrics_history t WHERE t.queue_name > m.q)
+                   FROM m WHERE m.q IS NOT NULL),
+        g(q) AS (SELECT min(t.queue_name) FROM queue.queue_grant t UNION ALL
+                 SELECT (SELECT min(t.queue_name) FROM queue.queue_grant t WHERE t.queue_name > g.q)
+                   FROM g WHERE g.q IS NOT NULL)
+        SELECT DISTINCT u.q
+          FROM (SELECT q FROM l UNION ALL SELECT q FROM h UNION ALL SELECT q FROM x
+                UNION ALL SELECT q FROM e UNION ALL SELECT q FROM k UNION ALL SELECT q FROM f
+                UNION ALL SELECT q FROM a UNION ALL SELECT q FROM m UNION ALL SELECT q FROM g) u
+         WHERE u.q IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM queue.queue_config c WHERE c.queue_name = u.q)
+         ORDER BY 1
+    LOOP
+        CONTINUE WHEN v_name !~ '^[a-z][a-z0-9_]{0,46}$';   -- no queue can have it
+        PERFORM queue._lock_queue(v_name, true);
+        CONTINUE WHEN EXISTS (SELECT 1 FROM queue.queue_config c WHERE c.queue_name = v_name);
+        v_counts := queue._forget_queue(v_name, true);
+        SELECT v_n + coalesce(sum(c.value::bigint), 0) INTO v_n FROM jsonb_each_text(v_counts) c;
+        DELETE FROM queue.events e
+         WHERE e.queue_name = v_name AND e.kind = 'queue_dropped' AND e.at < now() - interval '7 days';
+    END LOOP;
+    -- totals of dropped queues: snapshot_metrics removes them
+    RETURN v_n;
+END
+$$;
+COMMENT ON FUNCTION queue.sweep_dropped()
+    IS 'Removes the rows of queues that do not exist (the queue_dropped event after 7 days); returns how many';
+
 CREATE OR REPLACE FUNCTION queue.sweep()
 RETURNS TABLE (queue_name text, recovered bigint, dead_lettered bigint, expired bigint,
                aged bigint, purged bigint)
@@ -206,37 +298,105 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text;
-    r record;
 BEGIN
     FOR v_name IN SELECT c.queue_name FROM queue.queue_config c ORDER BY c.queue_name
     LOOP
-        BEGIN
-            SELECT * INTO r FROM queue._sweep_queue(v_name) s;
-        EXCEPTION WHEN OTHERS THEN
-            -- one broken queue must not stop the maintenance of the others
-            RAISE WARNING 'sweep of queue "%" failed: %', v_name, SQLERRM
-                USING DETAIL = format('SQLSTATE %s; the queue''s work of this call was rolled back.', SQLSTATE);
-            CONTINUE;
-        END;
-        IF r.swept IS NULL THEN
-            CONTINUE;
-        END IF;
-        queue_name := v_name;
-        recovered := r.recovered;
-        dead_lettered := r.dead_lettered;
-        expired := r.expired;
-        aged := r.aged;
-        purged := r.purged;
-        RETURN NEXT;
+        RETURN QUERY SELECT * FROM queue._sweep_guarded(v_name);
     END LOOP;
-    BEGIN
-        PERFORM queue._sweep_leftovers();
-    EXCEPTION WHEN OTHERS THEN
-        RAISE WARNING 'sweep of dropped queues'' leftovers failed: %', SQLERRM
-            USING DETAIL = format('SQLSTATE %s; that work of this call was rolled back.', SQLSTATE);
-    END;
+    PERFORM queue.sweep_dropped();
 END
 $$;
 COMMENT ON FUNCTION queue.sweep()
-    IS 'Maintenance of every queue: offline recovery, spent leases, expiry, aging, retention, breaker and alerts; one row per queue';
+    IS 'Maintenance of every queue in one transaction: offline recovery, spent leases, expiry, aging, retention, breaker and alerts; one row per queue';
 
+CREATE OR REPLACE FUNCTION queue.sweep(queue_name text)
+RETURNS SETOF queue.queue_sweep
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text := queue._check_name(sweep.queue_name);
+BEGIN
+    PERFORM 1 FROM queue.queue_config c WHERE c.queue_name = v_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'queue "%" does not exist', v_name
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN QUERY SELECT * FROM queue._sweep_guarded(v_name);
+END
+$$;
+COMMENT ON FUNCTION queue.sweep(text)
+    IS 'The maintenance sweep() does, of one queue; one row';
+
+CREATE OR REPLACE PROCEDURE queue.run_sweep()
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_name text;
+BEGIN
+    FOR v_name IN SELECT q.queue_name FROM queue.queues q ORDER BY q.queue_name
+    LOOP
+        BEGIN
+            PERFORM queue.sweep(v_name);
+        EXCEPTION WHEN undefined_object THEN
+            NULL;   -- dropped since the loop began
+        END;
+        COMMIT;
+    END LOOP;
+    PERFORM queue.sweep_dropped();
+    COMMIT;
+END
+$$;
+COMMENT ON PROCEDURE queue.run_sweep()
+    IS 'sweep() committing after each queue, then the leftovers of dropped queues; what the pg_cron job runs';
+
+CREATE OR REPLACE FUNCTION queue.enable_cron(sweep_schedule text DEFAULT '* * * * *',
+                                  metrics_schedule text DEFAULT '* * * * *')
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+BEGIN
+    IF enable_cron.sweep_schedule IS NULL OR enable_cron.metrics_schedule IS NULL THEN
+        RAISE EXCEPTION '% must not be null',
+                        CASE WHEN enable_cron.sweep_schedule IS NULL THEN 'sweep_schedule'
+                             ELSE 'metrics_schedule' END
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Leave the argument out for every minute (''* * * * *''), or use disable_cron() to stop the jobs.';
+    END IF;
+    PERFORM queue._require_pg_cron();
+    -- scheduling by name replaces a job of the same name: enabling twice
+    -- changes the schedules, never adds jobs
+    PERFORM cron.schedule_in_database('queue_sweep', enable_cron.sweep_schedule,
+                                      'CALL queue.run_sweep()', current_database());
+    PERFORM cron.schedule_in_database('queue_snapshot_metrics', enable_cron.metrics_schedule,
+                                      'SELECT queue.snapshot_metrics()', current_database());
+END
+$$;
+COMMENT ON FUNCTION queue.enable_cron(text, text)
+    IS 'Schedules sweep() and snapshot_metrics() with pg_cron as jobs queue_sweep and queue_snapshot_metrics';
+
+REVOKE ALL ON FUNCTION queue._sweep_guarded(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION queue.sweep_dropped() FROM PUBLIC;
+REVOKE ALL ON FUNCTION queue.sweep(text) FROM PUBLIC;
+REVOKE ALL ON PROCEDURE queue.run_sweep() FROM PUBLIC;
+-- maintenance steps an admin may run (schema/90_security.sql grants every
+-- API routine to queue_admin)
+GRANT EXECUTE ON FUNCTION queue.sweep_dropped() TO queue_admin;
+GRANT EXECUTE ON FUNCTION queue.sweep(text) TO queue_admin;
+GRANT EXECUTE ON PROCEDURE queue.run_sweep() TO queue_admin;
+
+-- An existing queue_sweep job of enable_cron() runs the procedure from now on.
+DO $$
+DECLARE
+    v_job bigint;
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_cron') THEN
+        FOR v_job IN
+            SELECT j.jobid FROM cron.job j
+             WHERE j.jobname = 'queue_sweep' AND j.database = pg_catalog.current_database()
+               AND j.command = 'SELECT count(*) FROM queue.sweep()'
+        LOOP
+            PERFORM cron.alter_job(v_job, command => 'CALL queue.run_sweep()');
+        END LOOP;
+    END IF;
+END
+$$;
