@@ -1,0 +1,153 @@
+-- Workers: registration, restart, ownership, heartbeats and signs of life.
+\set VERBOSITY terse
+
+CREATE ROLE regress_wk_a LOGIN IN ROLE queue_worker;
+CREATE ROLE regress_wk_b LOGIN IN ROLE queue_worker;
+CREATE ROLE regress_wk_admin LOGIN IN ROLE queue_admin;
+SELECT queue.create_queue('w_q', lease_timeout => '5 min', max_attempts => 3);
+SELECT queue.create_queue('w_closed', lease_timeout => '5 min');
+SELECT queue.grant_queue('w_closed', 'regress_wk_a', 'worker');
+SELECT count(*) FROM queue.enqueue_batch('w_q', array_fill('{}'::jsonb, ARRAY[10]));
+SELECT count(*) FROM queue.enqueue_batch('w_closed', array_fill('{}'::jsonb, ARRAY[2]));
+
+-- case: register_worker stores labels for capability routing
+SELECT queue.register_worker('w-labels', labels => ARRAY['ocr', 'sap']);
+SELECT worker, labels FROM queue.worker_registry WHERE worker = 'w-labels';
+
+-- case: restart ends every lease still held under the name as a lost lease:
+-- attempt counted, error 'worker restarted', items claimable at once
+CREATE TEMP TABLE w_old AS SELECT item_id, lease_token FROM queue.dequeue('w_q', 'w-restart', batch_size => 2);
+SELECT queue.register_worker('w-restart', restart => true);
+SELECT state, attempt, worker, last_error FROM queue.items
+ WHERE queue_name = 'w_q' AND item_id IN (SELECT item_id FROM w_old) ORDER BY item_id;
+SELECT e->>'error' AS error, e->>'error_code' AS code, e->>'worker' AS worker, e->>'attempt' AS attempt
+  FROM queue.item_live i, jsonb_array_elements(i.errors) e
+ WHERE i.queue_name = 'w_q' AND i.item_id IN (SELECT item_id FROM w_old) ORDER BY i.item_id;
+SELECT kind, error_code, count(*) FROM queue.failure_log WHERE queue_name = 'w_q' GROUP BY 1, 2;
+SELECT failed_1h FROM queue.stats('w_q');
+-- the old tokens no longer work
+SELECT queue.complete('w_q', item_id, lease_token) AS old_complete FROM w_old ORDER BY item_id;
+-- the next claim gets them back at once, attempt 2
+SELECT d.attempt FROM queue.dequeue('w_q', 'w-restart', batch_size => 10) d
+ WHERE d.item_id IN (SELECT item_id FROM w_old) ORDER BY d.item_id;
+SELECT count(*) AS released FROM (
+    SELECT queue.release('w_q', i.item_id, i.lease_token) FROM queue.item_live i
+     WHERE i.queue_name = 'w_q' AND i.worker = 'w-restart' AND i.item_id NOT IN (SELECT item_id FROM w_old)) x;
+
+-- case: restart on the last attempt makes a dead letter
+SELECT queue.create_queue('w_last', max_attempts => 1);
+SELECT queue.enqueue('w_last', '{}') > 0 AS enqueued;
+SELECT count(*) FROM queue.dequeue('w_last', 'w-last');
+SELECT queue.register_worker('w-last', restart => true);
+SELECT reason, last_error, error_code FROM queue.dead_letters WHERE queue_name = 'w_last';
+
+-- case: a queue_worker may register only a new name or one it registered
+SET ROLE regress_wk_a;
+SELECT queue.register_worker('w-own-a', capacity => 2);
+SELECT queue.register_worker('w-own-a', capacity => 3);
+RESET ROLE;
+SET ROLE regress_wk_b;
+SELECT queue.register_worker('w-own-a', capacity => 50);
+SELECT queue.register_worker('w-own-a', restart => true);
+RESET ROLE;
+SET ROLE regress_wk_admin;
+SELECT queue.register_worker('w-own-a', capacity => 4);
+RESET ROLE;
+SELECT worker, capacity, registered_by FROM queue.worker_registry WHERE worker = 'w-own-a';
+-- a worker registered by its first dequeue belongs to the dequeuing role
+SET ROLE regress_wk_b;
+SELECT count(*) FROM queue.dequeue('w_q', 'w-own-b');
+RESET ROLE;
+SELECT worker, registered_by FROM queue.worker_registry WHERE worker = 'w-own-b';
+SET ROLE regress_wk_a;
+SELECT queue.register_worker('w-own-b', restart => true);
+RESET ROLE;
+
+-- case: heartbeat renews only leases in queues the caller may work
+SET ROLE regress_wk_a;
+CREATE TEMP TABLE w_shared AS SELECT item_id, lease_token FROM queue.dequeue('w_closed', 'w-shared');
+RESET ROLE;
+UPDATE queue.item_live SET lease_expires_at = now() + interval '1 min'
+ WHERE queue_name = 'w_closed' AND worker = 'w-shared';
+SET ROLE regress_wk_b;
+SELECT queue.heartbeat('w-shared') AS renewed_by_b;
+RESET ROLE;
+SELECT lease_expires_at < now() + interval '2 min' AS not_renewed FROM queue.item_live
+ WHERE queue_name = 'w_closed' AND worker = 'w-shared';
+SET ROLE regress_wk_a;
+SELECT queue.heartbeat('w-shared') AS renewed_by_a;
+RESET ROLE;
+
+-- case: signs of life: every per-item call of a worker refreshes last_seen
+CREATE TEMP TABLE w_life AS SELECT item_id, lease_token FROM queue.dequeue('w_q', 'w-life', batch_size => 5);
+CREATE FUNCTION pg_temp.age_worker(w text) RETURNS void LANGUAGE sql AS $$
+    UPDATE queue.worker_registry SET last_seen = now() - interval '1 h' WHERE worker = w
+$$;
+CREATE FUNCTION pg_temp.fresh(w text) RETURNS boolean LANGUAGE sql AS $$
+    SELECT last_seen > now() - interval '1 min' FROM queue.worker_registry WHERE worker = w
+$$;
+SELECT pg_temp.age_worker('w-life');
+SELECT queue.extend_lease('w_q', item_id, lease_token) IS NOT NULL AS extended FROM w_life ORDER BY item_id LIMIT 1;
+SELECT pg_temp.fresh('w-life') AS after_extend_lease;
+SELECT pg_temp.age_worker('w-life');
+SELECT queue.checkpoint('w_q', item_id, lease_token, '{"step": 1}') FROM w_life ORDER BY item_id LIMIT 1;
+SELECT pg_temp.fresh('w-life') AS after_checkpoint;
+SELECT pg_temp.age_worker('w-life');
+SELECT queue.release('w_q', item_id, lease_token) FROM w_life ORDER BY item_id LIMIT 1;
+SELECT pg_temp.fresh('w-life') AS after_release;
+SELECT pg_temp.age_worker('w-life');
+SELECT queue.fail('w_q', item_id, lease_token, 'boom') FROM w_life ORDER BY item_id OFFSET 1 LIMIT 1;
+SELECT pg_temp.fresh('w-life') AS after_fail;
+SELECT pg_temp.age_worker('w-life');
+SELECT queue.complete('w_q', item_id, lease_token) FROM w_life ORDER BY item_id OFFSET 2 LIMIT 1;
+SELECT pg_temp.fresh('w-life') AS after_complete;
+-- a worker that keeps extending is never offline: sweep leaves its item alone
+UPDATE queue.worker_registry SET last_seen = now() - interval '1 h' WHERE worker = 'w-life';
+SELECT queue.extend_lease('w_q', item_id, lease_token) IS NOT NULL AS extended FROM w_life ORDER BY item_id OFFSET 3 LIMIT 1;
+SELECT recovered FROM queue.sweep() WHERE queue_name = 'w_q';
+SELECT queue.complete('w_q', item_id, lease_token) AS completes FROM w_life ORDER BY item_id OFFSET 3 LIMIT 1;
+
+-- case: heartbeat never keeps alive a lease whose claim reply was lost: a
+-- worker claims on the connection it heartbeats on, the connection drops
+-- before the reply arrives, and the bot heartbeats from a new connection
+SELECT queue.register_worker('w-lost');
+CREATE TABLE public.w_lost_claim AS SELECT item_id, lease_token FROM queue.dequeue('w_q', 'w-lost');
+SELECT queue.heartbeat('w-lost') AS renewed_on_claim_connection;
+\c
+SELECT queue.heartbeat('w-lost') AS renewed_after_reconnect;
+SELECT queue.heartbeat('w-lost') AS renewed_later;
+-- the bot still knows the item: extending it makes it tracked again
+SELECT queue.extend_lease('w_q', item_id, lease_token) IS NOT NULL AS extended FROM public.w_lost_claim;
+SELECT queue.heartbeat('w-lost') AS renewed_after_extend;
+
+-- case: a bot that opens a connection per call (psql scripts) keeps its
+-- leases alive with heartbeat
+CREATE TABLE public.w_cli_claim AS SELECT item_id, lease_token FROM queue.dequeue('w_q', 'w-cli');
+\c
+SELECT queue.heartbeat('w-cli') AS renewed_1;
+\c
+SELECT queue.heartbeat('w-cli') AS renewed_2;
+\c
+SELECT queue.heartbeat('w-cli') AS renewed_3;
+\set VERBOSITY terse
+
+-- case: a heartbeat is no news for the caches: after one, the next dequeue
+-- of this session reads neither the settings nor the worker row again
+CREATE FUNCTION pg_temp.scans() RETURNS bigint LANGUAGE sql AS $$
+    SELECT sum(idx_scan + seq_scan)::bigint FROM pg_stat_xact_user_tables
+     WHERE schemaname = 'queue' AND relname IN ('queue_config', 'worker_registry')
+$$;
+BEGIN;
+SELECT count(*) FROM queue.dequeue('w_q', 'w-cache');
+SELECT count(*) FROM queue.dequeue('w_q', 'w-cache');
+SELECT queue.heartbeat('w-cache') >= 0 AS beat;
+SELECT queue.register_worker('w-cache', info => '{"v": 2}');
+SELECT pg_temp.scans() AS before \gset
+SELECT count(*) FROM queue.dequeue('w_q', 'w-cache');
+SELECT pg_temp.scans() - :before AS settings_and_worker_reads;
+COMMIT;
+
+DROP TABLE public.w_lost_claim, public.w_cli_claim;
+SELECT queue.drop_queue(q, force => true) FROM unnest('{w_q,w_closed,w_last}'::text[]) q;
+DROP OWNED BY regress_wk_a, regress_wk_b, regress_wk_admin;
+DROP ROLE regress_wk_a, regress_wk_b, regress_wk_admin;
