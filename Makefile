@@ -22,6 +22,7 @@ OBJS = \
 	src/dequeue.o \
 	src/ack.o \
 	src/breaker.o \
+	src/worker.o \
 	src/notify.o \
 	src/estimate.o
 

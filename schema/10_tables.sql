@@ -84,6 +84,9 @@ CREATE TABLE queue.item_live (
     last_error       text,
     error_code       text,
     errors           jsonb       NOT NULL DEFAULT '[]',
+    -- the connection (queue._session_key) that claimed or last extended the
+    -- lease; 0 = no live connection tracks it, so heartbeat leaves it alone
+    lease_session    bigint,
     PRIMARY KEY (queue_name, item_id)
 ) WITH (fillfactor = 90);
 
@@ -185,7 +188,10 @@ CREATE TABLE queue.worker_registry (
     draining      boolean     NOT NULL DEFAULT false,
     registered_at timestamptz NOT NULL DEFAULT now(),
     last_seen     timestamptz NOT NULL DEFAULT now(),
-    offline_handled_at timestamptz
+    offline_handled_at timestamptz,
+    labels        text[],                   -- capabilities, for routing
+    registered_by regrole,                  -- the role that registered it (dumped by name)
+    session       bigint                    -- the connection of its last heartbeat
 );
 
 CREATE TABLE queue.maintenance_window (

@@ -30,6 +30,14 @@ CREATE FUNCTION queue._caller() RETURNS oid
     LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_caller';
 COMMENT ON FUNCTION queue._caller() IS 'The role calling into the extension (outside SECURITY DEFINER)';
 
+CREATE FUNCTION queue._may_access(queue_name text, access text) RETURNS boolean
+    LANGUAGE c STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'queue_may_access_sql';
+COMMENT ON FUNCTION queue._may_access(text, text) IS 'Whether the caller has the access to an existing queue (42704 if unknown)';
+
+CREATE FUNCTION queue._session_key() RETURNS bigint
+    LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_session_key_sql';
+COMMENT ON FUNCTION queue._session_key() IS 'The calling connection, as a number no other live connection shares';
+
 CREATE FUNCTION queue._worker_offline_after() RETURNS int
     LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_worker_offline_after_seconds';
 COMMENT ON FUNCTION queue._worker_offline_after() IS 'queue.worker_offline_after in seconds';
@@ -45,10 +53,12 @@ CREATE TRIGGER queue_config_invalidate
     FOR EACH STATEMENT EXECUTE FUNCTION queue._invalidate_cache();
 
 -- dequeue also caches each worker's gates: drain, capacity, windows.
--- last_seen moving forward is no news; moving back (an operator or a test
--- ageing a worker) is.
+-- A new worker is no news (unknown workers are never cached), and neither
+-- is last_seen moving forward, a heartbeat or a sign of life: only a
+-- changed gate, a removed worker or last_seen moving back (an operator or
+-- a test ageing a worker) make every backend drop its caches.
 CREATE TRIGGER worker_registry_invalidate
-    AFTER INSERT OR DELETE OR TRUNCATE ON queue.worker_registry
+    AFTER DELETE OR TRUNCATE ON queue.worker_registry
     FOR EACH STATEMENT EXECUTE FUNCTION queue._invalidate_cache();
 CREATE TRIGGER worker_registry_gates_invalidate
     AFTER UPDATE ON queue.worker_registry
@@ -159,6 +169,32 @@ END
 $$;
 COMMENT ON FUNCTION queue._say_interval(interval) IS 'An interval as people say it: 10 min, 1 h, 30 s';
 
+-- The one failure recorder: a failed attempt of an item (fail(), a lost
+-- lease, offline recovery, a restart) as a failure_log row (failed_1h, the
+-- breaker, health, worker stats) and a 'failed' event under the queue's
+-- audit rule.  Returns the entry the caller appends to the item's errors.
+CREATE FUNCTION queue._record_failure(p_queue text, p_item_id bigint, p_attempt int,
+                                      p_worker text, p_kind text, p_error text,
+                                      p_error_code text, p_at timestamptz DEFAULT NULL,
+                                      p_details jsonb DEFAULT '{}')
+RETURNS jsonb LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_at timestamptz := coalesce(p_at, statement_timestamp());
+BEGIN
+    INSERT INTO queue.failure_log (queue_name, item_id, attempt, worker, kind, error_code, error)
+    VALUES (p_queue, p_item_id, p_attempt, p_worker, p_kind, p_error_code, p_error);
+    PERFORM queue._event(p_queue, p_item_id, 'failed', p_worker, p_attempt,
+                         jsonb_build_object('error', p_error, 'error_code', p_error_code)
+                         || coalesce(p_details, '{}'));
+    RETURN jsonb_build_object('attempt', p_attempt, 'at', v_at, 'worker', p_worker,
+                              'error', p_error, 'error_code', p_error_code);
+END
+$$;
+COMMENT ON FUNCTION queue._record_failure(text, bigint, int, text, text, text, text, timestamptz, jsonb)
+    IS 'Records a failed attempt (failure_log and event); returns its entry for the item''s errors';
+
 -- Move a live item to the dead letters.  p_error is the failure that
 -- killed it (NULL for expiry, cancel and a lost last lease).
 CREATE FUNCTION queue._bury(p_queue text, p_item_id bigint, p_reason text,
@@ -183,15 +219,12 @@ BEGIN
         r.last_error := p_error;
         r.error_code := p_error_code;
     ELSIF p_reason = 'lease_expired' THEN
-        r.errors := r.errors || jsonb_build_array(jsonb_build_object(
-            'attempt', r.attempt, 'at', r.lease_expires_at, 'worker', r.worker,
-            'error', 'lease expired', 'error_code', 'lease_expired'));
-        r.last_error := 'lease expired';
-        r.error_code := 'lease_expired';
-        INSERT INTO queue.failure_log (queue_name, item_id, attempt, worker, kind, error_code, error)
-        VALUES (p_queue, p_item_id, r.attempt, r.worker, 'lease_expired', 'lease_expired', 'lease expired');
-        PERFORM queue._event(p_queue, p_item_id, 'failed', r.worker, r.attempt,
-                             jsonb_build_object('error', 'lease expired', 'error_code', 'lease_expired'));
+        -- a lease that ran out, or one ended early (p_error says why)
+        r.last_error := coalesce(p_error, 'lease expired');
+        r.error_code := coalesce(p_error_code, 'lease_expired');
+        r.errors := r.errors || jsonb_build_array(queue._record_failure(
+            p_queue, p_item_id, r.attempt, r.worker, 'lease_expired', r.last_error, r.error_code,
+            CASE WHEN p_error IS NULL THEN r.lease_expires_at END));
     ELSIF p_reason = 'expired' THEN
         r.last_error := coalesce(r.last_error, 'expired');
     ELSIF p_reason = 'cancelled' THEN
@@ -247,3 +280,41 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION queue._leases_lost(text, bigint[]) IS 'Records re-claimed expired leases as failed attempts';
+
+-- End an item's current lease early as a lost lease (offline recovery, a
+-- restart): the attempt counts, with p_error; the item is claimable at
+-- once, or a dead letter when that was its last attempt.  The caller has
+-- locked the item.  Returns 'recovered' or 'dead' (NULL: no lease).
+CREATE FUNCTION queue._end_lease(p_queue text, p_item_id bigint, p_kind text,
+                                 p_error text, p_error_code text)
+RETURNS text LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    r record;
+    v_entry jsonb;
+BEGIN
+    SELECT i.attempt, i.max_attempts, i.worker INTO r FROM queue.item_live i
+     WHERE i.queue_name = p_queue AND i.item_id = p_item_id AND i.lease_token IS NOT NULL;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF r.attempt >= r.max_attempts THEN
+        PERFORM queue._bury(p_queue, p_item_id, 'lease_expired', p_error, p_error_code);
+        RETURN 'dead';
+    END IF;
+    v_entry := queue._record_failure(p_queue, p_item_id, r.attempt, r.worker, p_kind,
+                                     p_error, p_error_code);
+    UPDATE queue.item_live i
+       SET lease_token = NULL, lease_expires_at = NULL, worker = NULL,
+           visible_at = now(), run_at = now(), priority = i.base_priority,
+           last_error = p_error, error_code = p_error_code,
+           errors = i.errors || jsonb_build_array(v_entry)
+     WHERE i.queue_name = p_queue AND i.item_id = p_item_id;
+    PERFORM queue._event(p_queue, p_item_id, 'recovered', r.worker, r.attempt,
+                         jsonb_build_object('reason', p_error_code, 'worker', r.worker));
+    RETURN 'recovered';
+END
+$$;
+COMMENT ON FUNCTION queue._end_lease(text, bigint, text, text, text)
+    IS 'Ends an item''s lease early as a lost lease (offline recovery, restart)';

@@ -64,13 +64,17 @@ $$;
 COMMENT ON FUNCTION queue._check_worker(text) IS 'Validates a worker name';
 
 CREATE FUNCTION queue.register_worker(worker text, queues text[] DEFAULT NULL,
-                                      capacity int DEFAULT NULL, info jsonb DEFAULT '{}')
+                                      capacity int DEFAULT NULL, info jsonb DEFAULT '{}',
+                                      labels text[] DEFAULT NULL, restart boolean DEFAULT false)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_worker text := queue._check_worker(register_worker.worker);
+    v_caller regrole := queue._caller()::regrole;
+    v_owner regrole;
     v_q text;
+    r record;
 BEGIN
     IF register_worker.capacity IS NOT NULL AND register_worker.capacity < 1 THEN
         RAISE EXCEPTION 'capacity must be at least 1, not %', register_worker.capacity
@@ -80,44 +84,93 @@ BEGIN
     FOREACH v_q IN ARRAY coalesce(register_worker.queues, '{}') LOOP
         PERFORM queue._check_name(v_q);
     END LOOP;
-    INSERT INTO queue.worker_registry AS w (worker, queues, capacity, info, last_seen)
+    -- a worker name belongs to the role that registered it (or an admin)
+    SELECT w.registered_by INTO v_owner FROM queue.worker_registry w WHERE w.worker = v_worker;
+    IF v_owner IS NOT NULL AND v_owner <> v_caller
+       AND NOT pg_has_role(v_caller, 'queue_admin', 'MEMBER') THEN
+        RAISE EXCEPTION 'worker "%" belongs to role %', v_worker, v_owner
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'A queue_worker may register only a new worker name or one it registered itself.',
+                  HINT = 'Choose another worker name, or ask a queue_admin.';
+    END IF;
+
+    -- restart: every lease still held under the name ends now as a lost
+    -- lease.  NB: items before the worker row, the order offline recovery
+    -- and heartbeat take them in.
+    IF coalesce(register_worker.restart, false) THEN
+        FOR v_q IN SELECT c.queue_name FROM queue.queue_config c ORDER BY 1 LOOP
+            FOR r IN
+                SELECT i.item_id FROM queue.item_live i
+                 WHERE i.queue_name = v_q AND i.worker = v_worker AND i.lease_token IS NOT NULL
+                 ORDER BY i.item_id
+                   FOR UPDATE
+            LOOP
+                PERFORM queue._end_lease(v_q, r.item_id, 'lease_expired',
+                                         'worker restarted', 'worker_restarted');
+            END LOOP;
+        END LOOP;
+    END IF;
+
+    INSERT INTO queue.worker_registry AS w (worker, queues, capacity, info, labels, last_seen,
+                                            registered_by, session)
     VALUES (v_worker, register_worker.queues, register_worker.capacity,
-            coalesce(register_worker.info, '{}'), now())
+            coalesce(register_worker.info, '{}'), register_worker.labels, now(),
+            v_caller, queue._session_key())
     ON CONFLICT (worker) DO UPDATE
        SET queues = EXCLUDED.queues, capacity = EXCLUDED.capacity, info = EXCLUDED.info,
-           last_seen = now(), offline_handled_at = NULL;
+           labels = EXCLUDED.labels, last_seen = greatest(w.last_seen, EXCLUDED.last_seen),
+           offline_handled_at = NULL, session = EXCLUDED.session,
+           registered_by = coalesce(w.registered_by, EXCLUDED.registered_by);
 END
 $$;
-COMMENT ON FUNCTION queue.register_worker(text, text[], int, jsonb)
-    IS 'Registers a worker with its queues, capacity (most leases held at once) and info';
+COMMENT ON FUNCTION queue.register_worker(text, text[], int, jsonb, text[], boolean)
+    IS 'Registers a worker with its queues, capacity, info and labels; restart ends the leases still held under the name';
 
+-- Only leases a live process tracks are renewed (src/worker.c): a lease
+-- claimed or extended on the connection the worker heartbeated on before
+-- is left to expire once the heartbeats come from another connection,
+-- until the bot extends or checkpoints it (a claim whose reply was lost
+-- with the old connection comes back within one lease_timeout).  Only
+-- queues the caller may work.
 CREATE FUNCTION queue.heartbeat(worker text)
 RETURNS int LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_worker text := queue._check_worker(heartbeat.worker);
+    v_session bigint := queue._session_key();
+    v_prev bigint;
     q record;
     v_n int;
     v_total int := 0;
 BEGIN
-    INSERT INTO queue.worker_registry AS w (worker) VALUES (v_worker)
-    ON CONFLICT (worker) DO UPDATE SET last_seen = now(), offline_handled_at = NULL;
-    -- one statement per queue, each on the queue's leases of this worker
+    SELECT w.session INTO v_prev FROM queue.worker_registry w WHERE w.worker = v_worker;
+    -- NB: items before the worker row, the order offline recovery takes them in
     FOR q IN SELECT c.queue_name, c.lease_timeout FROM queue.queue_config c ORDER BY 1 LOOP
+        CONTINUE WHEN NOT queue._may_access(q.queue_name, 'worker');
+        IF v_prev <> v_session THEN
+            UPDATE queue.item_live i SET lease_session = 0
+             WHERE i.queue_name = q.queue_name AND i.worker = v_worker
+               AND i.lease_token IS NOT NULL AND i.lease_session = v_prev;
+        END IF;
         UPDATE queue.item_live i
            SET lease_expires_at = now() + q.lease_timeout,
                visible_at = now() + q.lease_timeout
          WHERE i.queue_name = q.queue_name AND i.worker = v_worker
-           AND i.lease_token IS NOT NULL;
+           AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0;
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_total := v_total + v_n;
     END LOOP;
+    INSERT INTO queue.worker_registry AS w (worker, registered_by, session)
+    VALUES (v_worker, queue._caller()::regrole, v_session)
+    ON CONFLICT (worker) DO UPDATE
+       SET last_seen = greatest(w.last_seen, EXCLUDED.last_seen), offline_handled_at = NULL,
+           session = EXCLUDED.session;
     RETURN v_total;
 END
 $$;
 COMMENT ON FUNCTION queue.heartbeat(text)
-    IS 'Marks the worker alive and renews every lease it still holds; returns how many';
+    IS 'Marks the worker alive and renews the leases a live process of it tracks, in queues the caller may work; returns how many';
 
 CREATE FUNCTION queue.drain_worker(worker text)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -190,7 +243,7 @@ DECLARE
     v_n bigint := 0;
 BEGIN
     FOR r IN
-        SELECT i.item_id, i.worker, i.attempt, i.max_attempts
+        SELECT i.item_id, i.worker
           FROM queue.item_live i
           JOIN queue.worker_registry w ON w.worker = i.worker
          WHERE i.queue_name = p_queue AND i.worker IS NOT NULL AND i.lease_token IS NOT NULL
@@ -199,22 +252,7 @@ BEGIN
          LIMIT 10000
            FOR UPDATE OF i SKIP LOCKED
     LOOP
-        IF r.attempt >= r.max_attempts THEN
-            PERFORM queue._bury(p_queue, r.item_id, 'lease_expired', NULL, NULL);
-        ELSE
-            UPDATE queue.item_live i
-               SET lease_token = NULL, lease_expires_at = NULL, worker = NULL,
-                   visible_at = now(), run_at = now(), priority = i.base_priority,
-                   last_error = 'worker offline', error_code = 'worker_offline',
-                   errors = i.errors || jsonb_build_array(jsonb_build_object(
-                       'attempt', i.attempt, 'at', now(), 'worker', r.worker,
-                       'error', 'worker offline', 'error_code', 'worker_offline'))
-             WHERE i.queue_name = p_queue AND i.item_id = r.item_id;
-            INSERT INTO queue.failure_log (queue_name, item_id, attempt, worker, kind, error_code, error)
-            VALUES (p_queue, r.item_id, r.attempt, r.worker, 'offline', 'worker_offline', 'worker offline');
-            PERFORM queue._event(p_queue, r.item_id, 'recovered', r.worker, r.attempt,
-                                 jsonb_build_object('reason', 'worker_offline', 'worker', r.worker));
-        END IF;
+        PERFORM queue._end_lease(p_queue, r.item_id, 'offline', 'worker offline', 'worker_offline');
         PERFORM queue._raise_alert(p_queue, 'worker_offline',
                                    format('worker %s went offline holding items of queue %s',
                                           r.worker, p_queue),

@@ -190,7 +190,7 @@ DECLARE
         'extend_lease(text, bigint, bigint, interval)',
         'checkpoint(text, bigint, bigint, jsonb)',
         'heartbeat(text)',
-        'register_worker(text, text[], integer, jsonb)'];
+        'register_worker(text, text[], integer, jsonb, text[], boolean)'];
 BEGIN
     FOR r IN
         SELECT g.rolname, g.sig

@@ -30,6 +30,7 @@
 
 PG_FUNCTION_INFO_V1(queue_check_access_sql);
 PG_FUNCTION_INFO_V1(queue_can_read_sql);
+PG_FUNCTION_INFO_V1(queue_may_access_sql);
 
 static SPIPlanPtr grant_plan = NULL;
 
@@ -158,6 +159,29 @@ queue_check_access_sql(PG_FUNCTION_ARGS)
 	queue_check_access(&cfg, access);
 	queue_spi_finish();
 	PG_RETURN_VOID();
+}
+
+/*
+ * queue._may_access(queue_name text, access text) returns boolean
+ *
+ * Whether the caller has `access` to an existing queue: the answer
+ * queue._check_access would give, without failing on 42501.
+ */
+Datum
+queue_may_access_sql(PG_FUNCTION_ARGS)
+{
+	char	   *name = queue_check_name(PG_GETARG_DATUM(0), PG_ARGISNULL(0));
+	QueueAccess access;
+	QueueConfig cfg;
+	bool		result;
+
+	queue_check_not_null(PG_ARGISNULL(1), "access");
+	access = parse_access(PG_GETARG_TEXT_PP(1));
+	queue_spi_connect();
+	queue_load_config(name, &cfg);
+	result = !access_is_closed(&cfg, access) || caller_has_grant(name, access);
+	queue_spi_finish();
+	PG_RETURN_BOOL(result);
 }
 
 /*

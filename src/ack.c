@@ -28,6 +28,8 @@
 #include "common/pg_prng.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "nodes/pg_list.h"
+#include "nodes/value.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
@@ -54,6 +56,8 @@ static SPIPlanPtr retry_plan = NULL;
 static SPIPlanPtr bury_plan = NULL;
 static SPIPlanPtr release_plan = NULL;
 static SPIPlanPtr extend_plan = NULL;
+static SPIPlanPtr extend_plan_v1 = NULL;
+static SPIPlanPtr checkpoint_plan_v1 = NULL;
 static SPIPlanPtr checkpoint_plan = NULL;
 
 #define COMPLETE_SQL \
@@ -125,29 +129,41 @@ static SPIPlanPtr checkpoint_plan = NULL;
 	"SELECT queue._bury($1, $2, $3, $4, $5)"
 
 #define RELEASE_SQL \
-	"UPDATE queue.item_live " \
+	"UPDATE queue.item_live i " \
 	"   SET lease_token = NULL, lease_expires_at = NULL, worker = NULL, " \
-	"       attempt = greatest(attempt" OP("-") "1, 0), " \
+	"       attempt = greatest(i.attempt" OP("-") "1, 0), " \
 	"       visible_at = greatest($4, pg_catalog.now()), run_at = $4, " \
-	"       priority = base_priority " \
-	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
-	"   AND lease_token" OP("=") "$3 " \
-	"RETURNING attempt"
+	"       priority = i.base_priority " \
+	"  FROM (SELECT x.worker FROM queue.item_live x " \
+	"         WHERE x.queue_name" OP("=") "$1 AND x.item_id" OP("=") "$2) held " \
+	" WHERE i.queue_name" OP("=") "$1 AND i.item_id" OP("=") "$2 " \
+	"   AND i.lease_token" OP("=") "$3 " \
+	"RETURNING i.attempt, held.worker"
 
-#define EXTEND_SQL \
+#define EXTEND_SQL_WITH(session) \
 	"UPDATE queue.item_live " \
 	"   SET lease_expires_at = pg_catalog.now()" OP("+") "$4, " \
 	"       visible_at = pg_catalog.now()" OP("+") "$4 " \
+	session \
 	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
 	"   AND lease_token" OP("=") "$3 " \
-	"RETURNING lease_expires_at"
+	"RETURNING lease_expires_at, worker"
 
-#define CHECKPOINT_SQL \
+#define CHECKPOINT_SQL_WITH(session) \
 	"UPDATE queue.item_live " \
 	"   SET progress = coalesce(progress, '{}'::pg_catalog.jsonb)" OP("||") "$4 " \
+	session \
 	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
 	"   AND lease_token" OP("=") "$3 " \
-	"RETURNING progress"
+	"RETURNING progress, worker"
+
+/* Extending or checkpointing a lease binds it to the calling connection
+ * (src/worker.c); the column is absent before 0.2.0's update. */
+#define LEASE_SESSION ", lease_session = queue._session_key() "
+#define EXTEND_SQL EXTEND_SQL_WITH(LEASE_SESSION)
+#define EXTEND_SQL_V1 EXTEND_SQL_WITH("")
+#define CHECKPOINT_SQL CHECKPOINT_SQL_WITH(LEASE_SESSION)
+#define CHECKPOINT_SQL_V1 CHECKPOINT_SQL_WITH("")
 
 /*
  * Arguments every lease call starts with: (queue_name, item_id,
@@ -219,6 +235,8 @@ queue_complete(PG_FUNCTION_ARGS)
 		queue_log_event(queue_name, cfg.audit, DatumGetInt64(values[1]), "completed",
 						worker, attempts, NULL);
 		queue_breaker_outcome(&cfg, values[0], DatumGetInt64(values[1]), true);
+		if (worker != NULL)
+			queue_worker_alive(CStringGetTextDatum(worker));
 	}
 	queue_spi_finish();
 	PG_RETURN_BOOL(done);
@@ -243,6 +261,8 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 	ArrayType  *ids;
 	ArrayType  *toks;
 	int			ndone;
+	List	   *alive = NIL;
+	ListCell   *lc;
 
 	queue_check_not_null(PG_ARGISNULL(1), "item_ids");
 	queue_check_not_null(PG_ARGISNULL(2), "lease_tokens");
@@ -273,6 +293,15 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 	queue_spi_exec(queue_prepare_cached(&complete_batch_plan, COMPLETE_BATCH_SQL, 4, argtypes),
 				   values, nulls, false, 0, SPI_OK_INSERT_RETURNING, "completing items");
 	ndone = (int) SPI_processed;
+
+	/* each worker of the batch (usually one) gave a sign of life, below */
+	for (int r = 0; r < ndone; r++)
+	{
+		char	   *w = SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 4);
+
+		if (w != NULL && !list_member(alive, makeString(w)))
+			alive = lappend(alive, makeString(w));
+	}
 
 	if (ndone > 0 && (cfg.has_dedup_window || cfg.audit == 'a' || cfg.breaker_state == 'p'))
 	{
@@ -327,6 +356,8 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 		for (int r = 0; r < ndone; r++)
 			queue_breaker_outcome(&cfg, values[0], DatumGetInt64(done_ids[r]), true);
 	}
+	foreach(lc, alive)
+		queue_worker_alive(CStringGetTextDatum(strVal(lfirst(lc))));
 	queue_spi_finish();
 	PG_RETURN_INT32(ndone);
 }
@@ -486,6 +517,8 @@ queue_fail(PG_FUNCTION_ARGS)
 	}
 
 	queue_breaker_outcome(&cfg, values[0], DatumGetInt64(values[1]), false);
+	if (!worker_null)
+		queue_worker_alive(worker);
 	queue_spi_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(outcome));
 }
@@ -519,10 +552,13 @@ queue_release(PG_FUNCTION_ARGS)
 		bool		isnull;
 		int32		attempt = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
 														  SPI_tuptable->tupdesc, 1, &isnull));
+		char	   *worker = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
 
 		queue_log_event(queue_name, cfg.audit, DatumGetInt64(values[1]), "released",
 						NULL, attempt, NULL);
 		queue_breaker_released(&cfg, values[0], DatumGetInt64(values[1]));
+		if (worker != NULL)
+			queue_worker_alive(CStringGetTextDatum(worker));
 	}
 	queue_spi_finish();
 	PG_RETURN_BOOL(done);
@@ -558,14 +594,19 @@ queue_extend_lease(PG_FUNCTION_ARGS)
 	values[1] = PG_GETARG_DATUM(1);
 	values[2] = PG_GETARG_DATUM(2);
 	values[3] = IntervalPGetDatum(&by);
-	queue_spi_exec(queue_prepare_cached(&extend_plan, EXTEND_SQL, 4, argtypes),
+	queue_spi_exec(queue_schema_current() ?
+				   queue_prepare_cached(&extend_plan, EXTEND_SQL, 4, argtypes) :
+				   queue_prepare_cached(&extend_plan_v1, EXTEND_SQL_V1, 4, argtypes),
 				   values, NULL, false, 0, SPI_OK_UPDATE_RETURNING, "extending lease");
 	found = (SPI_processed == 1);
 	if (found)
 	{
 		bool		isnull;
+		char	   *worker = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
 
 		result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		if (worker != NULL)
+			queue_worker_alive(CStringGetTextDatum(worker));
 	}
 	queue_spi_finish();
 	if (!found)
@@ -603,16 +644,21 @@ queue_checkpoint(PG_FUNCTION_ARGS)
 	values[1] = PG_GETARG_DATUM(1);
 	values[2] = PG_GETARG_DATUM(2);
 	values[3] = JsonbPGetDatum(progress);
-	queue_spi_exec(queue_prepare_cached(&checkpoint_plan, CHECKPOINT_SQL, 4, argtypes),
+	queue_spi_exec(queue_schema_current() ?
+				   queue_prepare_cached(&checkpoint_plan, CHECKPOINT_SQL, 4, argtypes) :
+				   queue_prepare_cached(&checkpoint_plan_v1, CHECKPOINT_SQL_V1, 4, argtypes),
 				   values, NULL, false, 0, SPI_OK_UPDATE_RETURNING, "checkpoint");
 	done = (SPI_processed == 1);
 	if (done)
 	{
 		bool		isnull;
+		char	   *worker = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
 
 		/* the merged progress is bounded, not only the piece (the error undoes it) */
 		queue_check_jsonb_size(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
 											 1, &isnull), "progress");
+		if (worker != NULL)
+			queue_worker_alive(CStringGetTextDatum(worker));
 	}
 	queue_spi_finish();
 	PG_RETURN_BOOL(done);

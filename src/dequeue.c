@@ -98,7 +98,10 @@ int			queue_claim_hint_threshold = QUEUE_DEFAULT_CLAIM_HINT_THRESHOLD;
 
 static SPIPlanPtr claim_plan = NULL;
 static SPIPlanPtr hinted_claim_plan = NULL;
+static SPIPlanPtr claim_plan_v1 = NULL;
+static SPIPlanPtr hinted_claim_plan_v1 = NULL;
 static SPIPlanPtr register_plan = NULL;
+static SPIPlanPtr register_plan_v1 = NULL;
 static SPIPlanPtr seen_plan = NULL;
 static SPIPlanPtr worker_lock_plan = NULL;
 static SPIPlanPtr worker_load_plan = NULL;
@@ -108,7 +111,7 @@ static SPIPlanPtr bury_plan = NULL;
 static SPIPlanPtr lost_plan = NULL;
 static SPIPlanPtr claimed_event_plan = NULL;
 
-#define CLAIM_SQL_WITH(start) \
+#define CLAIM_SQL_WITH(start, session) \
 	"WITH cand AS MATERIALIZED (" \
 	"  SELECT i.item_id, i.priority AS prio, i.visible_at AS since, " \
 	"         i.lease_token IS NOT NULL AS lost, " \
@@ -126,6 +129,7 @@ static SPIPlanPtr claimed_event_plan = NULL;
 	"     SET attempt = i.attempt" OP("+") "1, " \
 	"         lease_token = pg_catalog.nextval('queue.lease_token_seq'::pg_catalog.regclass), " \
 	"         worker = $3, claimed_at = pg_catalog.now(), cap_stripe = $5, " \
+	session \
 	"         lease_expires_at = pg_catalog.now()" OP("+") "$4, " \
 	"         visible_at = pg_catalog.now()" OP("+") "$4, " \
 	"         errors = CASE WHEN i.lease_token IS NOT NULL " \
@@ -149,13 +153,22 @@ static SPIPlanPtr claimed_event_plan = NULL;
 	"ORDER BY 12, 13, 1"
 
 /* From the head of the claim index. */
-#define CLAIM_SQL CLAIM_SQL_WITH("")
+/* The connection that claimed (src/worker.c); absent before 0.2.0's update. */
+#define CLAIM_SESSION "         lease_session = queue._session_key(), "
+#define CLAIM_SQL CLAIM_SQL_WITH("", CLAIM_SESSION)
+#define CLAIM_SQL_V1 CLAIM_SQL_WITH("", "")
 
 /* From where this backend last found claimable rows (see claim hints). */
-#define HINTED_CLAIM_SQL \
-	CLAIM_SQL_WITH("     AND ROW(i.priority, i.visible_at)" OP(">=") "ROW($6, $7) ")
+#define CLAIM_HINT_START "     AND ROW(i.priority, i.visible_at)" OP(">=") "ROW($6, $7) "
+#define HINTED_CLAIM_SQL CLAIM_SQL_WITH(CLAIM_HINT_START, CLAIM_SESSION)
+#define HINTED_CLAIM_SQL_V1 CLAIM_SQL_WITH(CLAIM_HINT_START, "")
 
 #define REGISTER_SQL \
+	"INSERT INTO queue.worker_registry (worker, registered_by) " \
+	"VALUES ($1, queue._caller()::pg_catalog.regrole) ON CONFLICT (worker) DO NOTHING"
+
+/* before the update to 0.2.0 (no owner) */
+#define REGISTER_SQL_V1 \
 	"INSERT INTO queue.worker_registry (worker) VALUES ($1) ON CONFLICT (worker) DO NOTHING"
 
 #define SEEN_SQL \
@@ -238,7 +251,9 @@ worker_allowance(Datum worker)
 	if (!queue_load_worker(worker, &gates))
 	{
 		/* unknown workers are registered on their first dequeue */
-		queue_spi_exec(queue_prepare_cached(&register_plan, REGISTER_SQL, 1, argtypes),
+		queue_spi_exec(queue_schema_current() ?
+					   queue_prepare_cached(&register_plan, REGISTER_SQL, 1, argtypes) :
+					   queue_prepare_cached(&register_plan_v1, REGISTER_SQL_V1, 1, argtypes),
 					   &worker, NULL, false, 0, SPI_OK_INSERT, "registering worker");
 		return -1;
 	}
@@ -312,6 +327,7 @@ typedef struct ClaimContext
 	Interval   *lease;			/* lease of each claim */
 	char		audit;			/* queue's audit level */
 	bool		is_probe;		/* the claim is the breaker's probe */
+	bool		current_schema; /* the 0.2.0 tables (queue_schema_current) */
 	const char *queue;			/* queue name (C string) */
 	Oid			claim_index;	/* item_live_claim_idx, for the hint */
 	int64		probe_id;		/* out: the probe item */
@@ -361,11 +377,15 @@ claim_items(ClaimContext *ctx, int64 limit, int stripe)
 		{
 			values[5] = Int32GetDatum(hint->priority);
 			values[6] = TimestampTzGetDatum(hint->visible_at);
-			queue_spi_exec(queue_prepare_cached(&hinted_claim_plan, HINTED_CLAIM_SQL, 7, argtypes),
+			queue_spi_exec(ctx->current_schema ?
+						   queue_prepare_cached(&hinted_claim_plan, HINTED_CLAIM_SQL, 7, argtypes) :
+						   queue_prepare_cached(&hinted_claim_plan_v1, HINTED_CLAIM_SQL_V1, 7, argtypes),
 						   values, nulls, false, 0, SPI_OK_SELECT, "claim");
 		}
 		else
-			queue_spi_exec(queue_prepare_cached(&claim_plan, CLAIM_SQL, 5, argtypes),
+			queue_spi_exec(ctx->current_schema ?
+						   queue_prepare_cached(&claim_plan, CLAIM_SQL, 5, argtypes) :
+						   queue_prepare_cached(&claim_plan_v1, CLAIM_SQL_V1, 5, argtypes),
 						   values, nulls, false, 0, SPI_OK_SELECT, "claim");
 		tuptable = SPI_tuptable;
 		nrows = SPI_processed;
@@ -582,6 +602,7 @@ queue_dequeue(PG_FUNCTION_ARGS)
 	ctx.lease = &lease;
 	ctx.audit = cfg.audit;
 	ctx.is_probe = is_probe;
+	ctx.current_schema = queue_schema_current();
 	ctx.queue = queue_name;
 	ctx.claim_index = get_relname_relid("item_live_claim_idx",
 										get_namespace_oid("queue", false));

@@ -143,6 +143,11 @@ extern void queue_load_config(const char *queue_name, QueueConfig *cfg);
 extern bool queue_load_worker(Datum worker, QueueWorkerGates *gates);
 extern void queue_worker_seen(Datum worker, TimestampTz when);
 
+/* worker.c */
+extern int64 queue_session_key(void);
+extern bool queue_schema_current(void);
+extern void queue_worker_alive(Datum worker);
+
 /* breaker.c */
 extern BreakerGate queue_breaker_gate(const QueueConfig *cfg, Datum qname);
 extern void queue_breaker_probe_claimed(Datum qname, int64 probe_id, TimestampTz expiry);

@@ -1,0 +1,115 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.c
+ *		What the hot path writes about workers: signs of life, and the
+ *		connection a lease is tracked by.
+ *
+ * Signs of life.  Every call a worker makes for one of its items
+ * (extend_lease, checkpoint, complete, fail, release) counts as a sign of
+ * life, like heartbeat and dequeue, so a bot that keeps extending a lease
+ * is never offline.  Writing worker_registry.last_seen on every call would
+ * turn each of them into two row writes; the row is written only when its
+ * last_seen is more than SIGN_OF_LIFE_USECS old, a primary-key probe
+ * otherwise.  The row is locked with SKIP LOCKED: when another session is
+ * writing it, that session refreshes last_seen itself, and a report never
+ * waits for (or deadlocks on) the worker row while it holds its item.
+ *
+ * Connections.  queue._session_key() names this backend's connection.
+ * dequeue, extend_lease and checkpoint store it in item_live.lease_session;
+ * heartbeat stores it in worker_registry.session.  When a worker's
+ * heartbeat arrives on another connection than its previous one, leases
+ * last claimed or extended on that previous connection may be claims whose
+ * reply was lost with it: heartbeat stops renewing them (lease_session 0)
+ * until the bot proves it knows one by extending or checkpointing it
+ * (schema/60_fleet.sql, queue.heartbeat).  A bot that opens a connection
+ * per call never claims on its heartbeat connection, so its leases stay
+ * renewed.
+ *
+ * src/worker.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+
+#include "queue.h"
+
+PG_FUNCTION_INFO_V1(queue_session_key_sql);
+
+/* last_seen is rewritten by a sign of life at most this often. */
+#define SIGN_OF_LIFE_USECS (1 * USECS_PER_SEC)
+
+static SPIPlanPtr alive_plan = NULL;
+
+#define ALIVE_SQL \
+	"UPDATE queue.worker_registry w " \
+	"   SET last_seen = pg_catalog.statement_timestamp(), offline_handled_at = NULL " \
+	"  FROM (SELECT x.worker FROM queue.worker_registry x " \
+	"         WHERE x.worker" OP("=") "$1 " \
+	"           AND x.last_seen" OP("<") "(pg_catalog.statement_timestamp()" OP("-") "$2) " \
+	"           FOR UPDATE SKIP LOCKED) s " \
+	" WHERE w.worker" OP("=") "s.worker"
+
+/*
+ * queue_session_key
+ *		This backend's connection as a number no other connection of the
+ *		cluster shares while it lives: its start time and process id.
+ */
+int64
+queue_session_key(void)
+{
+	return (int64) (MyStartTimestamp ^ ((uint64) MyProcPid << 48));
+}
+
+/*
+ * queue_schema_current
+ *		Whether the installed tables are 0.2.0's (item_live.lease_session
+ *		exists).  Between installing this library and ALTER EXTENSION queue
+ *		UPDATE the 0.1.0 tables are in place, and the hot path must still
+ *		work on them.  Two syscache probes.
+ */
+bool
+queue_schema_current(void)
+{
+	Oid			nsp = get_namespace_oid("queue", true);
+	Oid			rel = OidIsValid(nsp) ? get_relname_relid("item_live", nsp) : InvalidOid;
+
+	return OidIsValid(rel) && get_attnum(rel, "lease_session") != InvalidAttrNumber;
+}
+
+/*
+ * queue._session_key() returns bigint
+ *
+ * The calling connection's key (see queue_session_key).
+ */
+Datum
+queue_session_key_sql(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT64(queue_session_key());
+}
+
+/*
+ * queue_worker_alive
+ *		A sign of life of `worker` (text): refresh its last_seen unless it
+ *		was refreshed within SIGN_OF_LIFE_USECS.  Inside an SPI connection.
+ */
+void
+queue_worker_alive(Datum worker)
+{
+	Oid			argtypes[2] = {TEXTOID, INTERVALOID};
+	Datum		values[2];
+	Interval	every;
+
+	memset(&every, 0, sizeof(every));
+	every.time = SIGN_OF_LIFE_USECS;
+	values[0] = worker;
+	values[1] = IntervalPGetDatum(&every);
+	queue_spi_exec(queue_prepare_cached(&alive_plan, ALIVE_SQL, 2, argtypes),
+				   values, NULL, false, 0, SPI_OK_UPDATE, "recording a sign of life");
+}

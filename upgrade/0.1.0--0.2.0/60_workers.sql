@@ -1,0 +1,282 @@
+-- Workers: labels, ownership of a name, restart, heartbeats that renew
+-- only tracked leases, signs of life (src/worker.c), one failure recorder.
+
+ALTER TABLE queue.worker_registry ADD COLUMN IF NOT EXISTS labels text[];
+ALTER TABLE queue.worker_registry ADD COLUMN IF NOT EXISTS registered_by regrole;
+ALTER TABLE queue.worker_registry ADD COLUMN IF NOT EXISTS session bigint;
+ALTER TABLE queue.item_live ADD COLUMN IF NOT EXISTS lease_session bigint;
+
+-- A new worker row is no news for the caches.
+DROP TRIGGER IF EXISTS worker_registry_invalidate ON queue.worker_registry;
+CREATE TRIGGER worker_registry_invalidate
+    AFTER DELETE OR TRUNCATE ON queue.worker_registry
+    FOR EACH STATEMENT EXECUTE FUNCTION queue._invalidate_cache();
+
+CREATE OR REPLACE FUNCTION queue._may_access(queue_name text, access text) RETURNS boolean
+    LANGUAGE c STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'queue_may_access_sql';
+COMMENT ON FUNCTION queue._may_access(text, text) IS 'Whether the caller has the access to an existing queue (42704 if unknown)';
+
+CREATE OR REPLACE FUNCTION queue._session_key() RETURNS bigint
+    LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_session_key_sql';
+COMMENT ON FUNCTION queue._session_key() IS 'The calling connection, as a number no other live connection shares';
+
+CREATE OR REPLACE FUNCTION queue._record_failure(p_queue text, p_item_id bigint, p_attempt int,
+                                      p_worker text, p_kind text, p_error text,
+                                      p_error_code text, p_at timestamptz DEFAULT NULL,
+                                      p_details jsonb DEFAULT '{}')
+RETURNS jsonb LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_at timestamptz := coalesce(p_at, statement_timestamp());
+BEGIN
+    INSERT INTO queue.failure_log (queue_name, item_id, attempt, worker, kind, error_code, error)
+    VALUES (p_queue, p_item_id, p_attempt, p_worker, p_kind, p_error_code, p_error);
+    PERFORM queue._event(p_queue, p_item_id, 'failed', p_worker, p_attempt,
+                         jsonb_build_object('error', p_error, 'error_code', p_error_code)
+                         || coalesce(p_details, '{}'));
+    RETURN jsonb_build_object('attempt', p_attempt, 'at', v_at, 'worker', p_worker,
+                              'error', p_error, 'error_code', p_error_code);
+END
+$$;
+COMMENT ON FUNCTION queue._record_failure(text, bigint, int, text, text, text, text, timestamptz, jsonb)
+    IS 'Records a failed attempt (failure_log and event); returns its entry for the item''s errors';
+
+CREATE OR REPLACE FUNCTION queue._bury(p_queue text, p_item_id bigint, p_reason text,
+                            p_error text, p_error_code text)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    r queue.item_live;
+BEGIN
+    DELETE FROM queue.item_live
+     WHERE queue_name = p_queue AND item_id = p_item_id
+    RETURNING * INTO r;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+
+    IF p_reason IN ('permanent', 'max_attempts') THEN
+        r.errors := r.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', r.attempt, 'at', now(), 'worker', r.worker,
+            'error', p_error, 'error_code', p_error_code));
+        r.last_error := p_error;
+        r.error_code := p_error_code;
+    ELSIF p_reason = 'lease_expired' THEN
+        -- a lease that ran out, or one ended early (p_error says why)
+        r.last_error := coalesce(p_error, 'lease expired');
+        r.error_code := coalesce(p_error_code, 'lease_expired');
+        r.errors := r.errors || jsonb_build_array(queue._record_failure(
+            p_queue, p_item_id, r.attempt, r.worker, 'lease_expired', r.last_error, r.error_code,
+            CASE WHEN p_error IS NULL THEN r.lease_expires_at END));
+    ELSIF p_reason = 'expired' THEN
+        r.last_error := coalesce(r.last_error, 'expired');
+    ELSIF p_reason = 'cancelled' THEN
+        r.last_error := coalesce(p_error, 'cancelled');
+    END IF;
+
+    INSERT INTO queue.dead_letters (queue_name, item_id, payload, progress, attempts, reason,
+                                    last_error, error_code, errors, dedup_key, correlation_id,
+                                    enqueued_at, priority, max_attempts, worker)
+    VALUES (p_queue, p_item_id, r.payload, r.progress, r.attempt, p_reason,
+            r.last_error, r.error_code, r.errors, r.dedup_key, r.correlation_id,
+            r.enqueued_at, r.base_priority, r.max_attempts, r.worker);
+
+    PERFORM queue._event(p_queue, p_item_id,
+                         CASE p_reason WHEN 'expired' THEN 'expired'
+                                       WHEN 'cancelled' THEN 'cancelled'
+                                       ELSE 'dead_lettered' END,
+                         r.worker, r.attempt,
+                         jsonb_build_object('reason', p_reason, 'error', r.last_error,
+                                            'error_code', r.error_code));
+    PERFORM queue._raise_alert(p_queue, 'dead_letters',
+                               format('queue %s has new dead letters', p_queue),
+                               jsonb_build_object('first_item_id', p_item_id, 'reason', p_reason));
+    IF p_reason = 'lease_expired' THEN
+        PERFORM queue._breaker_check(p_queue);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION queue._bury(text, bigint, text, text, text) IS 'Moves a live item to the dead letters';
+
+CREATE OR REPLACE FUNCTION queue._end_lease(p_queue text, p_item_id bigint, p_kind text,
+                                 p_error text, p_error_code text)
+RETURNS text LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    r record;
+    v_entry jsonb;
+BEGIN
+    SELECT i.attempt, i.max_attempts, i.worker INTO r FROM queue.item_live i
+     WHERE i.queue_name = p_queue AND i.item_id = p_item_id AND i.lease_token IS NOT NULL;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF r.attempt >= r.max_attempts THEN
+        PERFORM queue._bury(p_queue, p_item_id, 'lease_expired', p_error, p_error_code);
+        RETURN 'dead';
+    END IF;
+    v_entry := queue._record_failure(p_queue, p_item_id, r.attempt, r.worker, p_kind,
+                                     p_error, p_error_code);
+    UPDATE queue.item_live i
+       SET lease_token = NULL, lease_expires_at = NULL, worker = NULL,
+           visible_at = now(), run_at = now(), priority = i.base_priority,
+           last_error = p_error, error_code = p_error_code,
+           errors = i.errors || jsonb_build_array(v_entry)
+     WHERE i.queue_name = p_queue AND i.item_id = p_item_id;
+    PERFORM queue._event(p_queue, p_item_id, 'recovered', r.worker, r.attempt,
+                         jsonb_build_object('reason', p_error_code, 'worker', r.worker));
+    RETURN 'recovered';
+END
+$$;
+COMMENT ON FUNCTION queue._end_lease(text, bigint, text, text, text)
+    IS 'Ends an item''s lease early as a lost lease (offline recovery, restart)';
+
+CREATE OR REPLACE FUNCTION queue._recover_offline(p_queue text)
+RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_cutoff timestamptz := now() - make_interval(secs => queue._worker_offline_after());
+    r record;
+    v_n bigint := 0;
+BEGIN
+    FOR r IN
+        SELECT i.item_id, i.worker
+          FROM queue.item_live i
+          JOIN queue.worker_registry w ON w.worker = i.worker
+         WHERE i.queue_name = p_queue AND i.worker IS NOT NULL AND i.lease_token IS NOT NULL
+           AND w.last_seen < v_cutoff
+         ORDER BY i.item_id
+         LIMIT 10000
+           FOR UPDATE OF i SKIP LOCKED
+    LOOP
+        PERFORM queue._end_lease(p_queue, r.item_id, 'offline', 'worker offline', 'worker_offline');
+        PERFORM queue._raise_alert(p_queue, 'worker_offline',
+                                   format('worker %s went offline holding items of queue %s',
+                                          r.worker, p_queue),
+                                   jsonb_build_object('worker', r.worker));
+        UPDATE queue.worker_registry w SET offline_handled_at = now() WHERE w.worker = r.worker;
+        v_n := v_n + 1;
+    END LOOP;
+    RETURN v_n;
+END
+$$;
+COMMENT ON FUNCTION queue._recover_offline(text) IS 'Ends the leases of offline workers on a queue; returns how many';
+
+CREATE OR REPLACE FUNCTION queue.heartbeat(worker text)
+RETURNS int LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_worker text := queue._check_worker(heartbeat.worker);
+    v_session bigint := queue._session_key();
+    v_prev bigint;
+    q record;
+    v_n int;
+    v_total int := 0;
+BEGIN
+    SELECT w.session INTO v_prev FROM queue.worker_registry w WHERE w.worker = v_worker;
+    -- NB: items before the worker row, the order offline recovery takes them in
+    FOR q IN SELECT c.queue_name, c.lease_timeout FROM queue.queue_config c ORDER BY 1 LOOP
+        CONTINUE WHEN NOT queue._may_access(q.queue_name, 'worker');
+        IF v_prev <> v_session THEN
+            UPDATE queue.item_live i SET lease_session = 0
+             WHERE i.queue_name = q.queue_name AND i.worker = v_worker
+               AND i.lease_token IS NOT NULL AND i.lease_session = v_prev;
+        END IF;
+        UPDATE queue.item_live i
+           SET lease_expires_at = now() + q.lease_timeout,
+               visible_at = now() + q.lease_timeout
+         WHERE i.queue_name = q.queue_name AND i.worker = v_worker
+           AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0;
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_total := v_total + v_n;
+    END LOOP;
+    INSERT INTO queue.worker_registry AS w (worker, registered_by, session)
+    VALUES (v_worker, queue._caller()::regrole, v_session)
+    ON CONFLICT (worker) DO UPDATE
+       SET last_seen = greatest(w.last_seen, EXCLUDED.last_seen), offline_handled_at = NULL,
+           session = EXCLUDED.session;
+    RETURN v_total;
+END
+$$;
+COMMENT ON FUNCTION queue.heartbeat(text)
+    IS 'Marks the worker alive and renews the leases a live process of it tracks, in queues the caller may work; returns how many';
+
+
+DROP FUNCTION IF EXISTS queue.register_worker(text, text[], int, jsonb);
+CREATE FUNCTION queue.register_worker(worker text, queues text[] DEFAULT NULL,
+                                      capacity int DEFAULT NULL, info jsonb DEFAULT '{}',
+                                      labels text[] DEFAULT NULL, restart boolean DEFAULT false)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_worker text := queue._check_worker(register_worker.worker);
+    v_caller regrole := queue._caller()::regrole;
+    v_owner regrole;
+    v_q text;
+    r record;
+BEGIN
+    IF register_worker.capacity IS NOT NULL AND register_worker.capacity < 1 THEN
+        RAISE EXCEPTION 'capacity must be at least 1, not %', register_worker.capacity
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass NULL for a worker without a limit.';
+    END IF;
+    FOREACH v_q IN ARRAY coalesce(register_worker.queues, '{}') LOOP
+        PERFORM queue._check_name(v_q);
+    END LOOP;
+    -- a worker name belongs to the role that registered it (or an admin)
+    SELECT w.registered_by INTO v_owner FROM queue.worker_registry w WHERE w.worker = v_worker;
+    IF v_owner IS NOT NULL AND v_owner <> v_caller
+       AND NOT pg_has_role(v_caller, 'queue_admin', 'MEMBER') THEN
+        RAISE EXCEPTION 'worker "%" belongs to role %', v_worker, v_owner
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'A queue_worker may register only a new worker name or one it registered itself.',
+                  HINT = 'Choose another worker name, or ask a queue_admin.';
+    END IF;
+
+    -- restart: every lease still held under the name ends now as a lost
+    -- lease.  NB: items before the worker row, the order offline recovery
+    -- and heartbeat take them in.
+    IF coalesce(register_worker.restart, false) THEN
+        FOR v_q IN SELECT c.queue_name FROM queue.queue_config c ORDER BY 1 LOOP
+            FOR r IN
+                SELECT i.item_id FROM queue.item_live i
+                 WHERE i.queue_name = v_q AND i.worker = v_worker AND i.lease_token IS NOT NULL
+                 ORDER BY i.item_id
+                   FOR UPDATE
+            LOOP
+                PERFORM queue._end_lease(v_q, r.item_id, 'lease_expired',
+                                         'worker restarted', 'worker_restarted');
+            END LOOP;
+        END LOOP;
+    END IF;
+
+    INSERT INTO queue.worker_registry AS w (worker, queues, capacity, info, labels, last_seen,
+                                            registered_by, session)
+    VALUES (v_worker, register_worker.queues, register_worker.capacity,
+            coalesce(register_worker.info, '{}'), register_worker.labels, now(),
+            v_caller, queue._session_key())
+    ON CONFLICT (worker) DO UPDATE
+       SET queues = EXCLUDED.queues, capacity = EXCLUDED.capacity, info = EXCLUDED.info,
+           labels = EXCLUDED.labels, last_seen = greatest(w.last_seen, EXCLUDED.last_seen),
+           offline_handled_at = NULL, session = EXCLUDED.session,
+           registered_by = coalesce(w.registered_by, EXCLUDED.registered_by);
+END
+$$;
+COMMENT ON FUNCTION queue.register_worker(text, text[], int, jsonb, text[], boolean)
+    IS 'Registers a worker with its queues, capacity, info and labels; restart ends the leases still held under the name';
+
+
+REVOKE ALL ON FUNCTION queue._may_access(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION queue._session_key() FROM PUBLIC;
+REVOKE ALL ON FUNCTION queue._record_failure(text, bigint, int, text, text, text, text, timestamptz, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION queue._end_lease(text, bigint, text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION queue.register_worker(text, text[], int, jsonb, text[], boolean) FROM PUBLIC;
+-- the bot's loop
+GRANT EXECUTE ON FUNCTION queue.register_worker(text, text[], int, jsonb, text[], boolean)
+   TO queue_worker, queue_admin;
