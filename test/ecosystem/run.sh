@@ -124,8 +124,10 @@ echo "# cluster on port $PORT in $TMP"
 for c in exporter pgbouncer bots; do
 	[ -f "$HERE/$c.sh" ] || continue
 	if want "$c" || { [ "$c" = bots ] && { want python || want node || want psql; }; }; then
+		started=$SECONDS
 		# shellcheck source=/dev/null
 		. "$HERE/$c.sh"
+		echo "# $c: $((SECONDS - started)) s"
 	fi
 done
 
