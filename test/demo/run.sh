@@ -185,6 +185,9 @@ SELECT queue.create_queue('invoices',
          breaker_window      => '2 s',
          breaker_min_samples => 20,
          breaker_cooldown    => '10 s');
+-- the month-end close: one item on the last day of every month, 02:00
+SELECT queue.schedule('invoices', 'month-end-close', '0 2 $ * *',
+                      '{"run": "month-end close", "customer": "internal"}', priority => 1);
 -- what the demo sent, for the accounting at the end
 CREATE TABLE demo_sent (invoice text, item_id bigint, urgent boolean, resent boolean);
 -- when things happened, for the report's stories
@@ -192,6 +195,7 @@ CREATE TABLE demo_marks (mark text PRIMARY KEY, at timestamptz NOT NULL DEFAULT 
 CREATE TABLE demo_orphans (item_id bigint, attempt int);
 EOF
 note "pg_cron jobs: $(val "SELECT string_agg(jobname || ' ' || schedule, ', ') FROM cron.job")"
+note "recurring: $(val "SELECT string_agg(format('%s (%s), next %s', name, cron, to_char(next_tick, 'YYYY-MM-DD HH24:MI TZ')), ', ') FROM queue.schedules")"
 
 # -- producers -------------------------------------------------------------
 say "enqueueing $INVOICES invoices in one enqueue_batch (a few malformed, one slow)"
@@ -450,6 +454,9 @@ SELECT count(*) AS processed,
        round(extract(epoch FROM max(completed_at) - min(claimed_at))::numeric, 1) AS seconds,
        round((count(*) / nullif(extract(epoch FROM max(completed_at) - min(claimed_at)), 0))::numeric, 1) AS per_second
 FROM queue.history WHERE queue_name = 'invoices';
+
+\echo '-- recurring work (queue.schedules): the month-end close enqueues itself'
+SELECT name, cron, payload, next_tick FROM queue.schedules WHERE queue_name = 'invoices';
 
 \echo '-- the fleet (queue.workers)'
 SELECT * FROM queue.workers ORDER BY 1;
