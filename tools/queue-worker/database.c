@@ -319,6 +319,18 @@ try_connect(void)
 	log_msg("connected to the database again");
 	reconnect_delay = RECONNECT_MIN;
 	start_listening();
+	/*
+	 * NB: heartbeat before register_worker.  The first heartbeat from a new
+	 * session stops renewing the leases taken in the old one, among them a
+	 * claim whose reply was lost with the old connection, so that one
+	 * comes back within one lease; this worker's own items it extends
+	 * itself.  register_worker first would make the new session look old.
+	 */
+	{
+		const char *vals[1] = {worker_name};
+
+		run_query("heartbeat", "SELECT queue.heartbeat($1)", 1, vals, NULL, NULL);
+	}
 	register_worker(false);
 	return conn != NULL;
 }
