@@ -304,25 +304,27 @@ EOF
 
 	# The outage starts while the backlog is still deep; it ends 12 s
 	# after the breaker opened: the first half-open probe (10 s cooldown)
-	# still fails and re-opens the breaker, the next one succeeds.
+	# still fails and re-opens the breaker, the next one succeeds.  NB:
+	# $SECONDS, not the tick's $now: on a busy machine one tick can last
+	# longer than the outage.
 	if [ $outage_on = 0 ] && [ $outage_done = 0 ] && [ $killed = 1 ] && [ $t -ge 3 ]; then
 		val "INSERT INTO demo_marks (mark) VALUES ('outage_start')" >/dev/null
 		touch "$FLAG"
 		say "t=$(elapsed)s ERP outage begins: every call fails (exit 75, ERP_TIMEOUT)"
 		outage_on=1
-		outage_start=$now
+		outage_start=$SECONDS
 	fi
 	if [ $outage_on = 1 ] && [ "$PAUSED" = t ] && [ $tripped_at = 0 ]; then
-		tripped_at=$now
+		tripped_at=$SECONDS
 		say "t=$(elapsed)s the circuit breaker opened: $(val "SELECT pause_reason FROM queue.queues WHERE queue_name = 'invoices'")"
 	fi
-	if [ $outage_on = 1 ] && [ $top_shown = 0 ] && [ $tripped_at != 0 ] && [ $((now - tripped_at)) -ge 2 ]; then
+	if [ $outage_on = 1 ] && [ $top_shown = 0 ] && [ $tripped_at != 0 ] && [ $((SECONDS - tripped_at)) -ge 2 ]; then
 		say "t=$(elapsed)s what an operator sees now (queue-top --once):"
 		"$TOP" --dsn "$DSN" --once 2>&1 | sed 's/^/   | /'
 		top_shown=1
 	fi
-	if [ $outage_on = 1 ] && { { [ $tripped_at != 0 ] && [ $((now - tripped_at)) -ge 12 ]; } ||
-		[ $((now - outage_start)) -ge 45 ]; }; then
+	if [ $outage_on = 1 ] && { { [ $tripped_at != 0 ] && [ $((SECONDS - tripped_at)) -ge 12 ]; } ||
+		[ $((SECONDS - outage_start)) -ge 45 ]; }; then
 		say "t=$(elapsed)s ERP outage ends"
 		rm -f "$FLAG"
 		val "INSERT INTO demo_marks (mark) VALUES ('outage_end')" >/dev/null 2>&1
