@@ -23,6 +23,7 @@ OBJS = \
 	src/ack.o \
 	src/breaker.o \
 	src/worker.o \
+	src/flow.o \
 	src/notify.o \
 	src/estimate.o
 

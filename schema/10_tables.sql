@@ -56,7 +56,12 @@ CREATE TABLE queue.queue_config (
     restrict_reader     boolean     NOT NULL DEFAULT false,
     restrict_producer   boolean     NOT NULL DEFAULT false,
     restrict_worker     boolean     NOT NULL DEFAULT false,
-    created_at          timestamptz NOT NULL DEFAULT now()
+    created_at          timestamptz NOT NULL DEFAULT now(),
+    -- flow control (45_flow.sql)
+    group_on_dead       text        NOT NULL DEFAULT 'continue'
+                        CHECK (group_on_dead IN ('continue', 'block')),
+    flow_limits         boolean     NOT NULL DEFAULT false,   -- any per-key limit
+    flow_rate           boolean     NOT NULL DEFAULT false    -- a queue-wide rate
 );
 
 CREATE TABLE queue.item_live (
@@ -87,6 +92,12 @@ CREATE TABLE queue.item_live (
     -- the connection (queue._session_key) that claimed or last extended the
     -- lease; 0 = no live connection tracks it, so heartbeat leaves it alone
     lease_session    bigint,
+    -- flow control (45_flow.sql)
+    group_key        text,
+    group_pos        bigint,                 -- place in its group (a replay keeps its own)
+    group_wait       boolean     NOT NULL DEFAULT false,   -- parked behind the group's head
+    limit_key        text,
+    requires         text[],                 -- labels a worker needs to be handed it
     PRIMARY KEY (queue_name, item_id)
 ) WITH (fillfactor = 90);
 
@@ -150,6 +161,10 @@ CREATE TABLE queue.dead_letters (
     priority       int         NOT NULL DEFAULT 2,
     max_attempts   int,
     worker         text,
+    group_key      text,
+    group_pos      bigint,
+    limit_key      text,
+    requires       text[],
     PRIMARY KEY (queue_name, item_id)
 );
 CREATE INDEX dead_letters_open_idx

@@ -233,10 +233,12 @@ BEGIN
 
     INSERT INTO queue.dead_letters (queue_name, item_id, payload, progress, attempts, reason,
                                     last_error, error_code, errors, dedup_key, correlation_id,
-                                    enqueued_at, priority, max_attempts, worker)
+                                    enqueued_at, priority, max_attempts, worker,
+                                    group_key, group_pos, limit_key, requires)
     VALUES (p_queue, p_item_id, r.payload, r.progress, r.attempt, p_reason,
             r.last_error, r.error_code, r.errors, r.dedup_key, r.correlation_id,
-            r.enqueued_at, r.base_priority, r.max_attempts, r.worker);
+            r.enqueued_at, r.base_priority, r.max_attempts, r.worker,
+            r.group_key, r.group_pos, r.limit_key, r.requires);
 
     PERFORM queue._event(p_queue, p_item_id,
                          CASE p_reason WHEN 'expired' THEN 'expired'

@@ -90,6 +90,11 @@ BEGIN
         RAISE EXCEPTION 'breaker_cooldown must be positive, not "%"', c.breaker_cooldown
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF c.group_on_dead IS NULL OR c.group_on_dead NOT IN ('continue', 'block') THEN
+        RAISE EXCEPTION 'invalid group_on_dead "%"', c.group_on_dead
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Valid values are ''continue'' (a dead head lets its group move on) and ''block''.';
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION queue._check_settings(queue.queue_config) IS 'Validates a queue''s settings';
@@ -114,7 +119,8 @@ CREATE FUNCTION queue.create_queue(
     breaker_window      interval DEFAULT '10 min',
     breaker_min_samples int      DEFAULT 20,
     breaker_cooldown    interval DEFAULT '5 min',
-    if_not_exists       boolean  DEFAULT false)
+    if_not_exists       boolean  DEFAULT false,
+    group_on_dead       text     DEFAULT 'continue')
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
@@ -140,16 +146,18 @@ BEGIN
     c.breaker_window := create_queue.breaker_window;
     c.breaker_min_samples := create_queue.breaker_min_samples;
     c.breaker_cooldown := create_queue.breaker_cooldown;
+    c.group_on_dead := create_queue.group_on_dead;
     PERFORM queue._check_settings(c);
 
     INSERT INTO queue.queue_config AS q
            (queue_name, lease_timeout, max_attempts, backoff_base, backoff_factor, backoff_max,
             backoff_jitter, item_ttl, dedup_window, priority_aging, max_in_flight, retention, sla,
-            notify, audit, breaker_threshold, breaker_window, breaker_min_samples, breaker_cooldown)
+            notify, audit, breaker_threshold, breaker_window, breaker_min_samples, breaker_cooldown,
+            group_on_dead)
     VALUES (c.queue_name, c.lease_timeout, c.max_attempts, c.backoff_base, c.backoff_factor,
             c.backoff_max, c.backoff_jitter, c.item_ttl, c.dedup_window, c.priority_aging,
             c.max_in_flight, c.retention, c.sla, c.notify, c.audit, c.breaker_threshold,
-            c.breaker_window, c.breaker_min_samples, c.breaker_cooldown)
+            c.breaker_window, c.breaker_min_samples, c.breaker_cooldown, c.group_on_dead)
     ON CONFLICT ON CONSTRAINT queue_config_pkey DO NOTHING;
     IF NOT FOUND THEN
         IF NOT coalesce(create_queue.if_not_exists, false) THEN
@@ -164,7 +172,7 @@ BEGIN
     PERFORM queue._forget_queue(c.queue_name, true);
 END
 $$;
-COMMENT ON FUNCTION queue.create_queue(text, interval, int, interval, float8, interval, float8, interval, interval, interval, int, interval, interval, boolean, text, float8, interval, int, interval, boolean)
+COMMENT ON FUNCTION queue.create_queue(text, interval, int, interval, float8, interval, float8, interval, interval, interval, int, interval, interval, boolean, text, float8, interval, int, interval, boolean, text)
     IS 'Creates a queue with its lease, retry, retention, audit and breaker settings';
 
 CREATE FUNCTION queue.alter_queue(
@@ -186,7 +194,8 @@ CREATE FUNCTION queue.alter_queue(
     breaker_threshold   float8   DEFAULT NULL,
     breaker_window      interval DEFAULT NULL,
     breaker_min_samples int      DEFAULT NULL,
-    breaker_cooldown    interval DEFAULT NULL)
+    breaker_cooldown    interval DEFAULT NULL,
+    group_on_dead       text     DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
@@ -219,6 +228,7 @@ BEGIN
     c.breaker_window := coalesce(alter_queue.breaker_window, c.breaker_window);
     c.breaker_min_samples := coalesce(alter_queue.breaker_min_samples, c.breaker_min_samples);
     c.breaker_cooldown := coalesce(alter_queue.breaker_cooldown, c.breaker_cooldown);
+    c.group_on_dead := coalesce(alter_queue.group_on_dead, c.group_on_dead);
     PERFORM queue._check_settings(c);
 
     UPDATE queue.queue_config q
@@ -229,7 +239,8 @@ BEGIN
            priority_aging = c.priority_aging, max_in_flight = c.max_in_flight,
            retention = c.retention, sla = c.sla, notify = c.notify, audit = c.audit,
            breaker_threshold = c.breaker_threshold, breaker_window = c.breaker_window,
-           breaker_min_samples = c.breaker_min_samples, breaker_cooldown = c.breaker_cooldown
+           breaker_min_samples = c.breaker_min_samples, breaker_cooldown = c.breaker_cooldown,
+           group_on_dead = c.group_on_dead
      WHERE q.queue_name = v_name;
     -- without aging, items claim at the priority they were given
     IF c.priority_aging IS NULL THEN
@@ -245,7 +256,7 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION queue.alter_queue(text, interval, int, interval, float8, interval, float8, interval, interval, interval, int, interval, interval, boolean, text, float8, interval, int, interval)
+COMMENT ON FUNCTION queue.alter_queue(text, interval, int, interval, float8, interval, float8, interval, interval, interval, int, interval, interval, boolean, text, float8, interval, int, interval, text)
     IS 'Changes queue settings; NULL leaves a setting unchanged, zero switches an optional one off';
 
 -- Delete every row of a queue from every table that has per-queue rows,
@@ -360,7 +371,7 @@ SELECT c.queue_name, c.lease_timeout, c.max_attempts, c.backoff_base, c.backoff_
               THEN 'half_open'
             ELSE c.breaker_state END AS breaker_state,
        c.created_at,
-       p.paused_by, c.breaker_reason, c.breaker_opened_at
+       p.paused_by, c.breaker_reason, c.breaker_opened_at, c.group_on_dead
   FROM queue.queue_config c
  CROSS JOIN LATERAL queue._pause_state(c) p
  WHERE queue._can_read(c.queue_name);

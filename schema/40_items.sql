@@ -13,11 +13,14 @@ CREATE FUNCTION queue.enqueue(
     dedup_key      text        DEFAULT NULL,
     expires_at     timestamptz DEFAULT NULL,
     max_attempts   int         DEFAULT NULL,
-    correlation_id text        DEFAULT NULL)
+    correlation_id text        DEFAULT NULL,
+    group_key      text        DEFAULT NULL,
+    limit_key      text        DEFAULT NULL,
+    requires       text[]      DEFAULT NULL)
 RETURNS bigint LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off
 AS 'MODULE_PATHNAME', 'queue_enqueue';
-COMMENT ON FUNCTION queue.enqueue(text, jsonb, int, timestamptz, text, timestamptz, int, text)
+COMMENT ON FUNCTION queue.enqueue(text, jsonb, int, timestamptz, text, timestamptz, int, text, text, text, text[])
     IS 'Adds an item; with a dedup_key held by a live item returns that item''s id instead';
 
 CREATE FUNCTION queue.enqueue_batch(
@@ -27,11 +30,14 @@ CREATE FUNCTION queue.enqueue_batch(
     run_at       timestamptz DEFAULT now(),
     dedup_keys   text[]      DEFAULT NULL,
     expires_at   timestamptz DEFAULT NULL,
-    max_attempts int         DEFAULT NULL)
+    max_attempts int         DEFAULT NULL,
+    group_keys   text[]      DEFAULT NULL,
+    limit_keys   text[]      DEFAULT NULL,
+    requires     text[]      DEFAULT NULL)
 RETURNS SETOF bigint LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off
 AS 'MODULE_PATHNAME', 'queue_enqueue_batch';
-COMMENT ON FUNCTION queue.enqueue_batch(text, jsonb[], int, timestamptz, text[], timestamptz, int)
+COMMENT ON FUNCTION queue.enqueue_batch(text, jsonb[], int, timestamptz, text[], timestamptz, int, text[], text[], text[])
     IS 'Adds many items in one call; returns their ids in input order';
 
 CREATE FUNCTION queue.dequeue(
@@ -139,7 +145,9 @@ BEGIN
     PERFORM queue._check_access(v_name, 'reader');
     UPDATE queue.item_live i
        SET on_hold = false, hold_reason = NULL,
-           visible_at = greatest(i.run_at, now()), run_at = greatest(i.run_at, now())
+           visible_at = CASE WHEN i.group_wait THEN queue._flow_parked()   -- still behind its head
+                             ELSE greatest(i.run_at, now()) END,
+           run_at = greatest(i.run_at, now())
      WHERE i.queue_name = v_name AND i.item_id = unhold.item_id AND i.on_hold;
     IF NOT FOUND THEN
         RETURN false;

@@ -32,12 +32,15 @@ BEGIN
     v_payload := coalesce(replay.payload, x.payload);
     PERFORM queue._check_payload(v_payload);
 
+    -- a group member keeps its place in line (group_pos): the replay of a
+    -- head that blocked its group becomes the head
     INSERT INTO queue.item_live AS i (queue_name, priority, visible_at, base_priority, run_at,
                                       max_attempts, expires_at, dedup_key, correlation_id,
-                                      payload, progress)
+                                      payload, progress, group_key, group_pos, limit_key, requires)
     VALUES (v_name, x.priority, now(), x.priority, now(),
             coalesce(x.max_attempts, c.max_attempts), now() + c.item_ttl,
-            x.dedup_key, x.correlation_id, v_payload, x.progress)
+            x.dedup_key, x.correlation_id, v_payload, x.progress,
+            x.group_key, x.group_pos, x.limit_key, x.requires)
     ON CONFLICT (queue_name, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
     RETURNING i.item_id INTO v_new;
     IF v_new IS NULL THEN

@@ -159,7 +159,8 @@ GRANT USAGE ON SCHEMA queue TO queue_admin, queue_producer, queue_worker, queue_
 -- Reading: the views (which filter by queue._can_read) and the
 -- observability tables (filtered by the policies below), for every role.
 GRANT SELECT ON queue.queues, queue.items, queue.history, queue.dead_letters,
-                queue.events, queue.alerts, queue.metrics_history, queue.schedules
+                queue.events, queue.alerts, queue.metrics_history, queue.schedules,
+                queue.limits
    TO queue_reader, queue_producer, queue_worker, queue_admin;
 
 -- Functions by role, by exact signature.  Objects defined by later topic
@@ -178,8 +179,8 @@ DECLARE
         'desired_workers(text, integer)'];
     v_producer text[] := ARRAY[
         -- add work
-        'enqueue(text, jsonb, integer, timestamp with time zone, text, timestamp with time zone, integer, text)',
-        'enqueue_batch(text, jsonb[], integer, timestamp with time zone, text[], timestamp with time zone, integer)'];
+        'enqueue(text, jsonb, integer, timestamp with time zone, text, timestamp with time zone, integer, text, text, text, text[])',
+        'enqueue_batch(text, jsonb[], integer, timestamp with time zone, text[], timestamp with time zone, integer, text[], text[], text[])'];
     v_worker text[] := ARRAY[
         -- the bot's loop
         'dequeue(text, text, integer, interval)',

@@ -59,8 +59,8 @@ SELECT f.sig,
     ('health(text)'),
     ('prometheus()'),
     ('desired_workers(text, int)'),
-    ('enqueue(text, jsonb, int, timestamptz, text, timestamptz, int, text)'),
-    ('enqueue_batch(text, jsonb[], int, timestamptz, text[], timestamptz, int)'),
+    ('enqueue(text, jsonb, int, timestamptz, text, timestamptz, int, text, text, text, text[])'),
+    ('enqueue_batch(text, jsonb[], int, timestamptz, text[], timestamptz, int, text[], text[], text[])'),
     ('dequeue(text, text, int, interval)'),
     ('complete(text, bigint, bigint, jsonb)'),
     ('complete_batch(text, bigint[], bigint[], jsonb)'),
@@ -70,8 +70,8 @@ SELECT f.sig,
     ('checkpoint(text, bigint, bigint, jsonb)'),
     ('heartbeat(text)'),
     ('register_worker(text, text[], int, jsonb, text[], boolean)'),
-    ('create_queue(text, interval, int, interval, float8, interval, float8, interval, interval, interval, int, interval, interval, boolean, text, float8, interval, int, interval, boolean)'),
-    ('alter_queue(text, interval, int, interval, float8, interval, float8, interval, interval, interval, int, interval, interval, boolean, text, float8, interval, int, interval)'),
+    ('create_queue(text, interval, int, interval, float8, interval, float8, interval, interval, interval, int, interval, interval, boolean, text, float8, interval, int, interval, boolean, text)'),
+    ('alter_queue(text, interval, int, interval, float8, interval, float8, interval, interval, interval, int, interval, interval, boolean, text, float8, interval, int, interval, text)'),
     ('drop_queue(text, boolean)'),
     ('purge(text)'),
     ('hold(text, bigint, text)'),
@@ -96,7 +96,9 @@ SELECT f.sig,
     ('revoke_queue(text, name, text)'),
     ('schedule(text, text, text, jsonb, int, text, text)'),
     ('unschedule(text, text)'),
-    ('run_schedules()')) AS f(sig)
+    ('run_schedules()'),
+    ('set_limit(text, text, int, int, interval)'),
+    ('drop_limit(text, text)')) AS f(sig)
  ORDER BY f.sig;
 
 -- case: nothing in the schema is executable by PUBLIC, and the only
@@ -210,7 +212,7 @@ SELECT c.what,
     ('truncate metrics_history', 'TRUNCATE queue.metrics_history'),
     ('insert queue_grant', 'INSERT INTO queue.queue_grant VALUES (''q_perm'', 1, ''reader'')'),
     ('create in schema', 'CREATE TABLE queue.regress_t (x int)'),
-    ('alter function', 'ALTER FUNCTION queue.enqueue(text, jsonb, int, timestamptz, text, timestamptz, int, text) SECURITY INVOKER')
+    ('alter function', 'ALTER FUNCTION queue.enqueue(text, jsonb, int, timestamptz, text, timestamptz, int, text, text, text, text[]) SECURITY INVOKER')
   ) AS c(what, stmt);
 
 -- case: the matrix changed nothing

@@ -120,8 +120,11 @@ static SPIPlanPtr config_plan = NULL;
 	"       breaker_threshold IS NOT NULL, paused, breaker_state, " \
 	"       breaker_opened_at" OP("+") "breaker_cooldown, " \
 	"       probe_expires_at, probe_item_id, " \
-	"       restrict_reader, restrict_producer, restrict_worker " \
-	"  FROM queue.queue_config WHERE queue_name" OP("=") "$1"
+	"       restrict_reader, restrict_producer, restrict_worker, " \
+	"       /* read through to_jsonb: 0.1.0's table has no flow columns */ " \
+	"       (pg_catalog.to_jsonb(q)" OP("->>") "'flow_limits')::pg_catalog.bool, " \
+	"       (pg_catalog.to_jsonb(q)" OP("->>") "'flow_rate')::pg_catalog.bool " \
+	"  FROM queue.queue_config q WHERE queue_name" OP("=") "$1"
 
 /*
  * Relcache callback: a message about queue_config (or a reset of all)
@@ -248,6 +251,8 @@ load_entry(const char *queue_name, ConfigEntry *e)
 	cfg->restrict_reader = get_bool(tup, desc, 18);
 	cfg->restrict_producer = get_bool(tup, desc, 19);
 	cfg->restrict_worker = get_bool(tup, desc, 20);
+	cfg->flow_limits = get_bool(tup, desc, 21);
+	cfg->flow_rate = get_bool(tup, desc, 22);
 	return true;
 }
 

@@ -110,6 +110,7 @@ static SPIPlanPtr in_flight_plan = NULL;
 static SPIPlanPtr bury_plan = NULL;
 static SPIPlanPtr lost_plan = NULL;
 static SPIPlanPtr claimed_event_plan = NULL;
+static SPIPlanPtr lane_claim_plan = NULL;
 
 #define CLAIM_SQL_WITH(start, session) \
 	"WITH cand AS MATERIALIZED (" \
@@ -152,16 +153,33 @@ static SPIPlanPtr claimed_event_plan = NULL;
 	"  FROM cand c WHERE c.expired OR c.spent " \
 	"ORDER BY 12, 13, 1"
 
-/* From the head of the claim index. */
+/*
+ * From the head of the claim index, below the band of limited keys' items
+ * (flow.c), which only their lanes claim; only items whose requires are
+ * all among the worker's labels (an item without requires pays nothing:
+ * the labels are read once per statement, and only when needed).
+ */
+#define ROUTED \
+	"     AND (i.requires IS NULL OR i.requires" OP("<@") \
+	"          (SELECT w.labels FROM queue.worker_registry w WHERE w.worker" OP("=") "$3)) "
+#define UNLIMITED "     AND i.priority" OP("<") FLOW_BAND " "
 /* The connection that claimed (src/worker.c); absent before 0.2.0's update. */
 #define CLAIM_SESSION "         lease_session = queue._session_key(), "
-#define CLAIM_SQL CLAIM_SQL_WITH("", CLAIM_SESSION)
+#define CLAIM_SQL CLAIM_SQL_WITH(UNLIMITED ROUTED, CLAIM_SESSION)
 #define CLAIM_SQL_V1 CLAIM_SQL_WITH("", "")
 
 /* From where this backend last found claimable rows (see claim hints). */
 #define CLAIM_HINT_START "     AND ROW(i.priority, i.visible_at)" OP(">=") "ROW($6, $7) "
-#define HINTED_CLAIM_SQL CLAIM_SQL_WITH(CLAIM_HINT_START, CLAIM_SESSION)
+#define HINTED_CLAIM_SQL CLAIM_SQL_WITH(UNLIMITED CLAIM_HINT_START ROUTED, CLAIM_SESSION)
 #define HINTED_CLAIM_SQL_V1 CLAIM_SQL_WITH(CLAIM_HINT_START, "")
+
+/* One limited key's items (item_live_limit_claim_idx); 0.2.0 only. */
+#define LANE_CLAIM_SQL \
+	CLAIM_SQL_WITH("     AND i.limit_key" OP("=") "$6 AND i.priority" OP(">=") FLOW_BAND " " ROUTED, \
+				   CLAIM_SESSION)
+
+/* Most limited keys one dequeue locks and claims from. */
+#define FLOW_MAX_LANES 64
 
 #define REGISTER_SQL \
 	"INSERT INTO queue.worker_registry (worker, registered_by) " \
@@ -333,16 +351,20 @@ typedef struct ClaimContext
 	int64		probe_id;		/* out: the probe item */
 	TimestampTz probe_expiry;	/* out: its lease's end */
 	int			nburied;		/* items dead-lettered by this call */
+	bool		flow_limits;	/* the queue has limited keys: claim their lanes */
+	Datum	   *ids;			/* out: ids claimed so far (for rate records) */
+	int			nids;
 } ClaimContext;
 
 /*
- * claim_items
+ * claim_round
  *		Claim up to `limit` items charged to cap stripe `stripe` (-1: no
- *		cap), append them to the result, bury what must not be handed out
- *		and claim again for it.  Returns how many were claimed.
+ *		cap), from one limited key's lane or (lane NULL) from the rest of
+ *		the queue, append them to the result, bury what must not be handed
+ *		out and claim again for it.  Returns how many were claimed.
  */
 static int64
-claim_items(ClaimContext *ctx, int64 limit, int stripe)
+claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 {
 	int64		nclaimed = 0;
 
@@ -360,7 +382,7 @@ claim_items(ClaimContext *ctx, int64 limit, int stripe)
 		Datum	   *ev_attempts = NULL;
 		SPITupleTable *tuptable;
 		uint64		nrows;
-		ClaimHint  *hint = claim_hint_slot(ctx->queue, false);
+		ClaimHint  *hint = lane ? NULL : claim_hint_slot(ctx->queue, false);
 		TimestampTz now = GetCurrentTimestamp();
 		bool		hinted = hint != NULL && now < hint->until && now < hint->next_full;
 		int64		entries_before = claim_index_entries(ctx->claim_index);
@@ -373,7 +395,15 @@ claim_items(ClaimContext *ctx, int64 limit, int stripe)
 		values[4] = Int16GetDatum((int16) Max(stripe, 0));
 		if (stripe < 0)
 			nulls[4] = 'n';
-		if (hinted)
+		if (lane)
+		{
+			Oid			lt[6] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, INT2OID, TEXTOID};
+
+			values[5] = lane->key;
+			queue_spi_exec(queue_prepare_cached(&lane_claim_plan, LANE_CLAIM_SQL, 6, lt),
+						   values, nulls, false, 0, SPI_OK_SELECT, "claim");
+		}
+		else if (hinted)
 		{
 			values[5] = Int32GetDatum(hint->priority);
 			values[6] = TimestampTzGetDatum(hint->visible_at);
@@ -391,7 +421,7 @@ claim_items(ClaimContext *ctx, int64 limit, int stripe)
 		nrows = SPI_processed;
 
 		/* measure the scan and move the hint (see claim hints above) */
-		if (!hinted && queue_claim_hint_threshold >= 0 &&
+		if (!lane && !hinted && queue_claim_hint_threshold >= 0 &&
 			claim_index_entries(ctx->claim_index) - entries_before >
 			(int64) nrows + queue_claim_hint_threshold)
 		{
@@ -459,6 +489,7 @@ claim_items(ClaimContext *ctx, int64 limit, int stripe)
 				ev_ids[nok] = out[0];
 				ev_attempts[nok] = out[4];
 				nok++;
+				ctx->ids[ctx->nids++] = out[0];
 				if (ctx->is_probe)
 				{
 					ctx->probe_id = DatumGetInt64(out[0]);
@@ -513,6 +544,39 @@ claim_items(ClaimContext *ctx, int64 limit, int stripe)
 }
 
 /*
+ * claim_items
+ *		Claim up to `limit` items charged to cap stripe `stripe` (-1: no
+ *		cap): first from the lanes of limited keys that may give something
+ *		now (each at most its room, flow.c), then from the rest of the
+ *		queue.  Returns how many were claimed.
+ */
+static int64
+claim_items(ClaimContext *ctx, int64 limit, int stripe)
+{
+	int64		nclaimed = 0;
+
+	if (ctx->flow_limits && ctx->current_schema)
+	{
+		FlowLane   *lanes;
+		int			nlanes = flow_open_lanes(ctx->qname, (int) Min(limit + 1, FLOW_MAX_LANES),
+											 &lanes);
+
+		for (int i = 0; i < nlanes; i++)
+		{
+			int64		ask = Min(lanes[i].room, limit - nclaimed);
+			int			first = ctx->nids;
+
+			if (ask > 0)
+				nclaimed += claim_round(ctx, ask, stripe, &lanes[i]);
+			flow_close_lane(ctx->qname, &lanes[i], ask, ctx->nids - first, ctx->ids + first);
+		}
+	}
+	if (nclaimed < limit)
+		nclaimed += claim_round(ctx, limit - nclaimed, stripe, NULL);
+	return nclaimed;
+}
+
+/*
  * queue.dequeue(queue_name text, worker text, batch_size int = 1,
  *				 lease_timeout interval = NULL)
  *	returns setof (item_id bigint, lease_token bigint, payload jsonb,
@@ -542,6 +606,8 @@ queue_dequeue(PG_FUNCTION_ARGS)
 	int64		probe_id = 0;
 	TimestampTz probe_expiry = 0;
 	ClaimContext ctx;
+	FlowLane	queue_rate;
+	bool		rated = false;
 
 	queue_check_not_null(PG_ARGISNULL(1), "worker");
 	queue_check_not_null(PG_ARGISNULL(2), "batch_size");
@@ -596,6 +662,15 @@ queue_dequeue(PG_FUNCTION_ARGS)
 			want = Min(want, allowance);
 	}
 
+	/* The queue-wide rate: its lock held, at most what its window allows. */
+	if (cfg.flow_rate)
+	{
+		if (!flow_queue_rate_room(qname, &queue_rate))
+			goto undo_probe;
+		rated = true;
+		want = Min(want, queue_rate.room);
+	}
+
 	ctx.rsinfo = rsinfo;
 	ctx.qname = qname;
 	ctx.worker = worker;
@@ -609,6 +684,11 @@ queue_dequeue(PG_FUNCTION_ARGS)
 	ctx.probe_id = 0;
 	ctx.probe_expiry = 0;
 	ctx.nburied = 0;
+	ctx.flow_limits = cfg.flow_limits;
+	ctx.ids = (Datum *) palloc(sizeof(Datum) * Max(want, 1));
+	ctx.nids = 0;
+	if (want == 0)
+		goto rated;
 
 	if (cfg.max_in_flight <= 0)
 		nclaimed = claim_items(&ctx, want, -1);
@@ -651,6 +731,9 @@ queue_dequeue(PG_FUNCTION_ARGS)
 	}
 	probe_id = ctx.probe_id;
 	probe_expiry = ctx.probe_expiry;
+rated:
+	if (rated)
+		flow_close_lane(qname, &queue_rate, want, ctx.nids, ctx.ids);
 
 undo_probe:
 	if (is_probe)

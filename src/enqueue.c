@@ -46,12 +46,14 @@ PG_FUNCTION_INFO_V1(queue_enqueue_batch);
 
 static SPIPlanPtr insert_plan = NULL;
 static SPIPlanPtr plain_insert_plan = NULL;
+static SPIPlanPtr flow_insert_plan = NULL;
 static SPIPlanPtr holder_plan = NULL;
 static SPIPlanPtr window_plan = NULL;
 static SPIPlanPtr event_plan = NULL;
 static SPIPlanPtr ids_plan = NULL;
 static SPIPlanPtr batch_insert_plan = NULL;
 static SPIPlanPtr plain_batch_insert_plan = NULL;
+static SPIPlanPtr flow_batch_insert_plan = NULL;
 static SPIPlanPtr batch_holder_plan = NULL;
 static SPIPlanPtr batch_window_plan = NULL;
 static SPIPlanPtr batch_event_plan = NULL;
@@ -73,6 +75,19 @@ static SPIPlanPtr undo_plan = NULL;
 	"RETURNING item_id"
 #define INSERT_SQL INSERT_SQL_WITH(ON_CONFLICT_SQL)
 #define PLAIN_INSERT_SQL INSERT_SQL_WITH("")
+
+/*
+ * An item with a group, a limit key or requires (flow control, flow.c).
+ * Items without them keep the statements above, which also serve a 0.1.0
+ * schema between the library's install and ALTER EXTENSION UPDATE.
+ */
+#define FLOW_INSERT_SQL \
+	"INSERT INTO queue.item_live (queue_name, priority, visible_at, base_priority, run_at, " \
+	"       max_attempts, expires_at, dedup_key, correlation_id, payload, " \
+	"       group_key, limit_key, requires) " \
+	"VALUES ($1, $2, greatest($3, pg_catalog.now()), $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) " \
+	ON_CONFLICT_SQL \
+	"RETURNING item_id"
 
 #define HOLDER_SQL \
 	"SELECT item_id FROM queue.item_live " \
@@ -102,6 +117,17 @@ static SPIPlanPtr undo_plan = NULL;
 	"RETURNING item_id"
 #define BATCH_INSERT_SQL BATCH_INSERT_SQL_WITH(ON_CONFLICT_SQL)
 #define PLAIN_BATCH_INSERT_SQL BATCH_INSERT_SQL_WITH("")
+
+#define FLOW_BATCH_INSERT_SQL \
+	"INSERT INTO queue.item_live (queue_name, item_id, priority, visible_at, base_priority, " \
+	"       run_at, max_attempts, expires_at, dedup_key, payload, group_key, limit_key, requires) " \
+	"SELECT $1, u.id, $4, greatest($5, pg_catalog.now()), $4, $5, $6, $7, u.k, u.p, u.g, u.l, $11 " \
+	"  FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.int8[]), pg_catalog.unnest($3::pg_catalog.jsonb[]), " \
+	"                  pg_catalog.unnest($8::pg_catalog.text[]), pg_catalog.unnest($9::pg_catalog.text[]), " \
+	"                  pg_catalog.unnest($10::pg_catalog.text[])) AS u(id, p, k, g, l) " \
+	" WHERE u.id IS NOT NULL " \
+	ON_CONFLICT_SQL \
+	"RETURNING item_id"
 
 #define BATCH_HOLDER_SQL \
 	"SELECT dedup_key, item_id FROM queue.item_live " \
@@ -287,12 +313,15 @@ undo_inserts(Datum qname, Datum *item_ids, int nitems)
  * queue.enqueue(queue_name text, payload jsonb, priority int = 2,
  *				 run_at timestamptz = now(), dedup_key text = NULL,
  *				 expires_at timestamptz = NULL, max_attempts int = NULL,
- *				 correlation_id text = NULL) returns bigint
+ *				 correlation_id text = NULL, group_key text = NULL,
+ *				 limit_key text = NULL, requires text[] = NULL) returns bigint
  *
  * Adds one item and returns its id; with a dedup_key held by a live item
  * (or completed within dedup_window) returns that item's id instead.
  * NULL run_at means now, NULL expires_at means now() + item_ttl (or never),
- * NULL max_attempts the queue's setting.
+ * NULL max_attempts the queue's setting.  group_key, limit_key and
+ * requires (flow control, NULL = none; not in 0.1.0's signature) are
+ * checked by flow.c and acted on by the triggers of schema/45_flow.sql.
  */
 Datum
 queue_enqueue(PG_FUNCTION_ARGS)
@@ -309,6 +338,9 @@ queue_enqueue(PG_FUNCTION_ARGS)
 	int64		item_id = 0;
 	bool		found = false;
 	bool		inserted = false;
+	bool		requires_null = PG_NARGS() <= 10 || PG_ARGISNULL(10);
+	Datum		requires = (Datum) 0;
+	bool		flow = false;
 
 	queue_check_not_null(PG_ARGISNULL(1), "payload");
 	queue_check_not_null(PG_ARGISNULL(2), "priority");
@@ -320,6 +352,13 @@ queue_enqueue(PG_FUNCTION_ARGS)
 		queue_check_text_size(PG_GETARG_DATUM(4), "dedup_key");
 	if (!PG_ARGISNULL(7))
 		queue_check_text_size(PG_GETARG_DATUM(7), "correlation_id");
+	if (PG_NARGS() > 10)
+	{
+		flow_check_key(PG_GETARG_DATUM(8), PG_ARGISNULL(8), "group_key");
+		flow_check_key(PG_GETARG_DATUM(9), PG_ARGISNULL(9), "limit_key");
+		requires = flow_check_requires(PG_GETARG_DATUM(10), &requires_null);
+		flow = !PG_ARGISNULL(8) || !PG_ARGISNULL(9) || !requires_null;
+	}
 
 	queue_spi_connect();
 	queue_load_config(queue_name, &cfg);
@@ -332,10 +371,11 @@ queue_enqueue(PG_FUNCTION_ARGS)
 
 	for (int tries = 0; !found && tries < DEDUP_RETRIES; tries++)
 	{
-		Oid			argtypes[8] = {TEXTOID, INT4OID, TIMESTAMPTZOID, INT4OID,
-		TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID};
-		Datum		values[8];
-		char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+		Oid			argtypes[11] = {TEXTOID, INT4OID, TIMESTAMPTZOID, INT4OID,
+		TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, TEXTARRAYOID};
+		Datum		values[11];
+		char		nulls[11] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', 'n', 'n', 'n'};
+		SPIPlanPtr	plan;
 		Oid			htypes[2] = {TEXTOID, TEXTOID};
 		Datum		hvalues[2];
 		bool		isnull;
@@ -354,11 +394,23 @@ queue_enqueue(PG_FUNCTION_ARGS)
 		if (PG_ARGISNULL(7))
 			nulls[6] = 'n';
 		values[7] = payload;
+		if (flow)
+		{
+			for (int a = 8; a <= 9; a++)
+			{
+				values[a] = PG_ARGISNULL(a) ? (Datum) 0 : PG_GETARG_DATUM(a);
+				nulls[a] = PG_ARGISNULL(a) ? 'n' : ' ';
+			}
+			values[10] = requires;
+			nulls[10] = requires_null ? 'n' : ' ';
+			plan = queue_prepare_cached(&flow_insert_plan, FLOW_INSERT_SQL, 11, argtypes);
+		}
+		else if (has_key)
+			plan = queue_prepare_cached(&insert_plan, INSERT_SQL, 8, argtypes);
+		else
+			plan = queue_prepare_cached(&plain_insert_plan, PLAIN_INSERT_SQL, 8, argtypes);
 
-		queue_spi_exec(has_key ?
-					   queue_prepare_cached(&insert_plan, INSERT_SQL, 8, argtypes) :
-					   queue_prepare_cached(&plain_insert_plan, PLAIN_INSERT_SQL, 8, argtypes),
-					   values, nulls, false, 1, SPI_OK_INSERT_RETURNING, "inserting item");
+		queue_spi_exec(plan, values, nulls, false, 1, SPI_OK_INSERT_RETURNING, "inserting item");
 		if (SPI_processed == 1)
 		{
 			item_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
@@ -521,11 +573,14 @@ recheck_window(const QueueConfig *cfg, Datum *kvalues, int n, Datum *keys,
  * queue.enqueue_batch(queue_name text, payloads jsonb[], priority int = 2,
  *					   run_at timestamptz = now(), dedup_keys text[] = NULL,
  *					   expires_at timestamptz = NULL,
- *					   max_attempts int = NULL) returns setof bigint
+ *					   max_attempts int = NULL, group_keys text[] = NULL,
+ *					   limit_keys text[] = NULL, requires text[] = NULL)
+ *	returns setof bigint
  *
  * Adds many items in one statement and returns their ids in input order.
  * dedup_keys, when given, has one element per payload (NULL = no key); a
  * key repeated inside the batch yields the first one's id each time.
+ * group_keys and limit_keys likewise; requires applies to every item.
  */
 Datum
 queue_enqueue_batch(PG_FUNCTION_ARGS)
@@ -549,6 +604,9 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 	bool	   *to_insert;
 	int			ninserted = 0;
 	MemoryContext callcxt = CurrentMemoryContext;
+	bool		requires_null = PG_NARGS() <= 9 || PG_ARGISNULL(9);
+	Datum		requires = (Datum) 0;
+	bool		flow = false;
 
 	queue_check_not_null(PG_ARGISNULL(1), "payloads");
 	queue_check_not_null(PG_ARGISNULL(2), "priority");
@@ -609,6 +667,14 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 		memset(key_nulls, true, sizeof(bool) * Max(n, 1));
 	}
 
+	if (PG_NARGS() > 9)
+	{
+		flow_check_keys(PG_GETARG_DATUM(7), PG_ARGISNULL(7), n, "group_keys");
+		flow_check_keys(PG_GETARG_DATUM(8), PG_ARGISNULL(8), n, "limit_keys");
+		requires = flow_check_requires(PG_GETARG_DATUM(9), &requires_null);
+		flow = !PG_ARGISNULL(7) || !PG_ARGISNULL(8) || !requires_null;
+	}
+
 	/* NB: allocated before SPI_connect, so they outlive SPI_finish */
 	ids = palloc0(sizeof(int64) * Max(n, 1));
 	to_insert = palloc0(sizeof(bool) * Max(n, 1));
@@ -622,10 +688,12 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 	{
 		Oid			ktypes[3] = {TEXTOID, TEXTARRAYOID, INTERVALOID};
 		Datum		kvalues[3];
-		Oid			itypes[8] = {TEXTOID, INT8ARRAYOID, JSONBARRAYOID, INT4OID,
-		TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TEXTARRAYOID};
-		Datum		ivalues[8];
-		char		inulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+		Oid			itypes[11] = {TEXTOID, INT8ARRAYOID, JSONBARRAYOID, INT4OID,
+		TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
+		TEXTARRAYOID};
+		Datum		ivalues[11];
+		char		inulls[11] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', 'n', 'n', 'n'};
+		SPIPlanPtr	plan;
 		Datum	   *new_ids;
 		bool	   *new_id_nulls;
 		Datum	   *ins_ids;
@@ -677,10 +745,22 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 		ivalues[7] = PointerGetDatum(construct_md_array(keys, key_nulls, 1, &n,
 														(int[]){1}, TEXTOID, -1,
 														false, TYPALIGN_INT));
-		queue_spi_exec(any_key ?
-					   queue_prepare_cached(&batch_insert_plan, BATCH_INSERT_SQL, 8, itypes) :
-					   queue_prepare_cached(&plain_batch_insert_plan, PLAIN_BATCH_INSERT_SQL, 8, itypes),
-					   ivalues, inulls, false, 0, SPI_OK_INSERT_RETURNING, "inserting items");
+		if (flow)
+		{
+			for (int a = 7; a <= 8; a++)
+			{
+				ivalues[a + 1] = PG_ARGISNULL(a) ? (Datum) 0 : PG_GETARG_DATUM(a);
+				inulls[a + 1] = PG_ARGISNULL(a) ? 'n' : ' ';
+			}
+			ivalues[10] = requires;
+			inulls[10] = requires_null ? 'n' : ' ';
+			plan = queue_prepare_cached(&flow_batch_insert_plan, FLOW_BATCH_INSERT_SQL, 11, itypes);
+		}
+		else if (any_key)
+			plan = queue_prepare_cached(&batch_insert_plan, BATCH_INSERT_SQL, 8, itypes);
+		else
+			plan = queue_prepare_cached(&plain_batch_insert_plan, PLAIN_BATCH_INSERT_SQL, 8, itypes);
+		queue_spi_exec(plan, ivalues, inulls, false, 0, SPI_OK_INSERT_RETURNING, "inserting items");
 		ninserted = (int) SPI_processed;
 
 		/* Mark what went in; a position that did not lost a dedup race. */

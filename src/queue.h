@@ -90,6 +90,8 @@ typedef struct QueueConfig
 	bool		restrict_reader;	/* per-queue grants exist, by kind */
 	bool		restrict_producer;
 	bool		restrict_worker;
+	bool		flow_limits;		/* per-key limits exist (flow.c) */
+	bool		flow_rate;			/* a queue-wide rate exists (flow.c) */
 } QueueConfig;
 
 /* What the circuit breaker lets dequeue do (breaker.c). */
@@ -108,6 +110,28 @@ typedef struct QueueWorkerGates
 	bool		in_maintenance;	/* inside a maintenance window now */
 	TimestampTz last_seen;		/* as last written */
 } QueueWorkerGates;
+
+/*
+ * Flow control (schema/45_flow.sql, flow.c): items of a limited key live
+ * in a priority band of their own, group members waiting behind their head
+ * are parked at a fixed visible_at.  Both must match the SQL side.
+ */
+#define FLOW_BAND		"100000"
+#define FLOW_PARKED		"294276-12-31 00:00:00+00"
+
+/* One limited key (or the queue-wide rate) during a dequeue. */
+typedef struct FlowLane
+{
+	Datum		key;			/* limit_key as text; '' = the whole queue */
+	int32		max_in_flight;	/* 0 = no cap */
+	int32		rate;			/* 0 = no rate */
+	Interval	per;			/* the rate's window */
+	TimestampTz at;				/* clock when measured; claims recorded then */
+	int64		in_flight;		/* current leases when measured */
+	int64		used;			/* claims in the window when measured */
+	TimestampTz oldest;			/* oldest of those claims */
+	int64		room;			/* what the lane may take now */
+} FlowLane;
 
 /* queue.c (the GUCs; claim_hint_threshold lives in dequeue.c) */
 extern int	queue_max_payload_bytes;
@@ -154,6 +178,14 @@ extern void queue_breaker_probe_claimed(Datum qname, int64 probe_id, TimestampTz
 extern void queue_breaker_outcome(const QueueConfig *cfg, Datum qname, int64 item_id,
 								  bool success);
 extern void queue_breaker_released(const QueueConfig *cfg, Datum qname, int64 item_id);
+
+/* flow.c */
+extern int	flow_open_lanes(Datum qname, int max, FlowLane **lanes);
+extern bool flow_queue_rate_room(Datum qname, FlowLane *lane);
+extern void flow_close_lane(Datum qname, FlowLane *lane, int64 asked, int nids, Datum *ids);
+extern void flow_check_key(Datum key, bool isnull, const char *argname);
+extern void flow_check_keys(Datum keys, bool isnull, int n, const char *argname);
+extern Datum flow_check_requires(Datum requires, bool *isnull);
 
 /* access.c */
 extern void queue_check_access(const QueueConfig *cfg, QueueAccess access);

@@ -16,7 +16,9 @@ our @EXPORT_OK = qw(state_sql);
 sub state_sql
 {
 	return q{
-	SELECT 'queue', row_to_json(q)::text FROM queue.queues q
+	SELECT 'queue', (to_jsonb(q)
+		-- settings added since 0.1.0 come with their defaults
+		- 'group_on_dead')::text FROM queue.queues q
 	UNION ALL
 	SELECT 'item', concat_ws('|', queue_name, item_id, state, priority, attempt, max_attempts,
 		run_at, enqueued_at, lease_expires_at, worker, dedup_key, correlation_id, last_error,

@@ -1,0 +1,417 @@
+-- ======================================================================
+-- Flow control and routing: ordered groups, per-key limits, requires
+-- ======================================================================
+--
+-- This file owns the state of flow control; src/flow.c owns the claim-time
+-- decisions.  It is written as idempotent DDL so that the upgrade from
+-- 0.1.0 replays it unchanged (upgrade/0.1.0--0.2.0/45_flow.sql links here).
+-- Its columns on the item, dead-letter, settings and worker tables are
+-- declared with those tables (10_tables.sql).
+--
+-- Ordered groups.  Only a group's head is ever in the claim range of the
+-- claim index: every other item of the group waits *parked* (group_wait,
+-- visible_at = queue._flow_parked(), a fixed instant after every real
+-- run_at and before 'infinity', which stays the mark of on-hold rows).
+-- A claim therefore never sees, let alone walks past, a blocked group's
+-- items.  A group gets a new head in queue._group_settle(), which runs
+-- under the lock of the group's row in flow_group, from deferred
+-- constraint triggers at commit: after an insert of a grouped item and
+-- after the head left item_live (completed, dead, cancelled, purged).
+-- Running at commit keeps the group lock short and lets a dead-lettering
+-- (delete, then insert into dead_letters) be seen whole.
+--
+-- Per-key limits.  Items whose limit_key has a row in flow_limit live in
+-- a priority band of their own (priority + queue._flow_band(); the band
+-- survives every reset of priority through a trigger), so the ordinary
+-- claim, bounded to priorities below the band, never sees them.  They are
+-- claimed lane by lane (src/flow.c): a dequeue locks the keys whose
+-- ready_at has come (FOR UPDATE SKIP LOCKED), counts each key's current
+-- leases and its claims in the last `per` (flow_claim) under that lock,
+-- claims at most what is left, and sets ready_at to when the key can next
+-- give something: the end of the rate window, the first lease expiry of a
+-- full key, the next due item, or 'infinity'.  Commit-time triggers wake a
+-- key (ready_at = now) when one of its leases ends or an item of it
+-- becomes due.
+--
+-- Routing.  requires is checked by the claim itself against the worker's
+-- labels (worker_registry.labels); items without requires cost nothing.
+
+CREATE TABLE IF NOT EXISTS queue.flow_group (
+    queue_name  text    NOT NULL,
+    group_key   text    NOT NULL,
+    head_id     bigint,             -- the item the group is waiting on
+    blocked_by  bigint,             -- dead head holding the group (group_on_dead = 'block')
+    PRIMARY KEY (queue_name, group_key)
+);
+
+CREATE TABLE IF NOT EXISTS queue.flow_limit (
+    queue_name    text        NOT NULL,
+    limit_key     text        NOT NULL,   -- '' = the whole queue (a rate only)
+    max_in_flight int,
+    rate          int,
+    per           interval    NOT NULL DEFAULT '1 s',
+    ready_at      timestamptz NOT NULL DEFAULT '-infinity',   -- next worth a look
+    PRIMARY KEY (queue_name, limit_key)
+);
+CREATE INDEX IF NOT EXISTS flow_limit_ready_idx ON queue.flow_limit (queue_name, ready_at);
+
+-- claims of rate-limited keys: the sliding window
+CREATE TABLE IF NOT EXISTS queue.flow_claim (
+    queue_name text        NOT NULL,
+    limit_key  text        NOT NULL,
+    at         timestamptz NOT NULL,
+    item_id    bigint      NOT NULL,
+    PRIMARY KEY (queue_name, limit_key, at, item_id)
+);
+
+-- waiting members of a group, in line: who is next
+CREATE INDEX IF NOT EXISTS item_live_group_wait_idx
+    ON queue.item_live (queue_name, group_key, group_pos, item_id) WHERE group_wait;
+-- a limited key's claim order (its band), and set_limit's re-banding
+CREATE INDEX IF NOT EXISTS item_live_limit_claim_idx
+    ON queue.item_live (queue_name, limit_key, priority, visible_at, item_id)
+    WHERE limit_key IS NOT NULL;
+-- a key's leases: in-flight counts and the first lease to end
+CREATE INDEX IF NOT EXISTS item_live_limit_lease_idx
+    ON queue.item_live (queue_name, limit_key, lease_expires_at)
+    WHERE limit_key IS NOT NULL AND worker IS NOT NULL;
+
+SELECT pg_catalog.pg_extension_config_dump('queue.flow_group', '');
+SELECT pg_catalog.pg_extension_config_dump('queue.flow_limit', '');
+SELECT pg_catalog.pg_extension_config_dump('queue.flow_claim', '');
+
+-- Constants shared with src/flow.c (FLOW_PARKED, FLOW_BAND).
+CREATE OR REPLACE FUNCTION queue._flow_parked() RETURNS timestamptz
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$SELECT '294276-12-31 00:00:00+00'::pg_catalog.timestamptz$$;
+COMMENT ON FUNCTION queue._flow_parked() IS 'visible_at of a group member waiting behind its head';
+CREATE OR REPLACE FUNCTION queue._flow_band() RETURNS int
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$SELECT 100000$$;
+COMMENT ON FUNCTION queue._flow_band() IS 'Added to the priority of items of a limited key';
+
+-- Groups ------------------------------------------------------------------
+
+-- Give a group its next head unless it has one or a dead head blocks it.
+-- p_left: the head that just left item_live (NULL: none).  Takes the
+-- group's row lock; called at commit (see the triggers below), by review
+-- and by sweep.
+CREATE OR REPLACE FUNCTION queue._group_settle(p_queue text, p_group text, p_left bigint)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    g queue.flow_group;
+    v_head bigint;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM queue.queue_config c WHERE c.queue_name = p_queue) THEN
+        RETURN;     -- the queue was dropped
+    END IF;
+    INSERT INTO queue.flow_group (queue_name, group_key) VALUES (p_queue, p_group)
+    ON CONFLICT (queue_name, group_key) DO NOTHING;
+    SELECT * INTO g FROM queue.flow_group f
+     WHERE f.queue_name = p_queue AND f.group_key = p_group FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    -- a head that died blocks its group where the queue says so
+    IF p_left IS NOT NULL
+       AND EXISTS (SELECT 1 FROM queue.queue_config c
+                    WHERE c.queue_name = p_queue AND c.group_on_dead = 'block')
+       AND EXISTS (SELECT 1 FROM queue.dead_letters d
+                    WHERE d.queue_name = p_queue AND d.item_id = p_left) THEN
+        g.blocked_by := p_left;
+    END IF;
+    IF g.blocked_by IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM queue.dead_letters d
+                    WHERE d.queue_name = p_queue AND d.item_id = g.blocked_by
+                      AND d.review_status IN ('new', 'in_review')) THEN
+            UPDATE queue.flow_group f SET blocked_by = g.blocked_by, head_id = NULL
+             WHERE f.queue_name = p_queue AND f.group_key = p_group;
+            RETURN;
+        END IF;
+        g.blocked_by := NULL;   -- replayed, resolved or rejected
+    END IF;
+    IF g.head_id IS NOT NULL AND g.head_id IS DISTINCT FROM p_left
+       AND EXISTS (SELECT 1 FROM queue.item_live i
+                    WHERE i.queue_name = p_queue AND i.item_id = g.head_id
+                      AND NOT i.group_wait) THEN
+        RETURN;
+    END IF;
+    -- the next in line becomes the head, claimable from when it was due
+    UPDATE queue.item_live i
+       SET group_wait = false,
+           visible_at = CASE WHEN i.on_hold THEN 'infinity'::timestamptz
+                             ELSE greatest(i.run_at, i.enqueued_at) END
+     WHERE i.queue_name = p_queue
+       AND i.item_id = (SELECT w.item_id FROM queue.item_live w
+                         WHERE w.queue_name = p_queue AND w.group_key = p_group
+                           AND w.group_wait
+                         ORDER BY w.group_pos, w.item_id LIMIT 1)
+    RETURNING i.item_id INTO v_head;
+    IF v_head IS NULL THEN
+        -- nobody waits: forget the group (an enqueue brings it back)
+        DELETE FROM queue.flow_group f WHERE f.queue_name = p_queue AND f.group_key = p_group;
+    ELSE
+        UPDATE queue.flow_group f SET head_id = v_head, blocked_by = NULL
+         WHERE f.queue_name = p_queue AND f.group_key = p_group;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION queue._group_settle(text, text, bigint)
+    IS 'Promotes the next item of a group to its head unless it has one or a dead head blocks it';
+
+-- Limits: keep the band ---------------------------------------------------
+
+-- New items: park group members, band items of limited keys.
+CREATE OR REPLACE FUNCTION queue._flow_on_insert() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+BEGIN
+    IF NEW.group_key IS NOT NULL THEN
+        NEW.group_pos := coalesce(NEW.group_pos, NEW.item_id);
+        NEW.group_wait := true;
+        IF NOT NEW.on_hold THEN
+            NEW.visible_at := queue._flow_parked();
+        END IF;
+    END IF;
+    IF NEW.limit_key IS NOT NULL AND NEW.priority < queue._flow_band()
+       AND EXISTS (SELECT 1 FROM queue.flow_limit l
+                    WHERE l.queue_name = NEW.queue_name AND l.limit_key = NEW.limit_key) THEN
+        NEW.priority := NEW.priority + queue._flow_band();
+    END IF;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION queue._flow_on_insert()
+    IS 'Parks a new group member behind its head and bands an item of a limited key';
+
+-- Every reset of priority (retry, release, recovery, aging) keeps the band
+-- while the key is limited.
+CREATE OR REPLACE FUNCTION queue._flow_keep_band() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM queue.flow_limit l
+                WHERE l.queue_name = NEW.queue_name AND l.limit_key = NEW.limit_key) THEN
+        NEW.priority := NEW.priority + queue._flow_band();
+    END IF;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION queue._flow_keep_band() IS 'Keeps an item of a limited key in its priority band';
+
+-- At commit: settle groups whose head left or who got a member, wake keys
+-- whose lease ended or whose item became due.
+CREATE OR REPLACE FUNCTION queue._flow_on_commit() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+DECLARE
+    v_queue text;
+    v_group text;
+    v_key text;
+    v_left bigint;
+    v_wake timestamptz;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        v_queue := OLD.queue_name;
+        v_key := OLD.limit_key;
+        IF OLD.group_key IS NOT NULL AND NOT OLD.group_wait THEN
+            v_group := OLD.group_key;
+            v_left := OLD.item_id;
+        END IF;
+        IF OLD.priority >= queue._flow_band() AND OLD.worker IS NOT NULL THEN
+            v_wake := now();
+        END IF;
+    ELSE
+        v_queue := NEW.queue_name;
+        v_key := NEW.limit_key;
+        IF TG_OP = 'INSERT' THEN
+            v_group := NEW.group_key;
+        END IF;
+        IF NEW.priority >= queue._flow_band() THEN
+            v_wake := CASE WHEN TG_OP = 'UPDATE' AND OLD.worker IS NOT NULL AND NEW.worker IS NULL
+                           THEN now() ELSE NEW.visible_at END;
+        END IF;
+    END IF;
+    IF v_group IS NOT NULL THEN
+        PERFORM queue._group_settle(v_queue, v_group, v_left);
+    END IF;
+    IF v_wake IS NOT NULL AND v_wake < queue._flow_parked() THEN
+        UPDATE queue.flow_limit l SET ready_at = v_wake
+         WHERE l.queue_name = v_queue AND l.limit_key = v_key AND l.ready_at > v_wake;
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION queue._flow_on_commit()
+    IS 'At commit: gives groups their next head and wakes limited keys';
+
+CREATE OR REPLACE TRIGGER item_live_flow_insert
+    BEFORE INSERT ON queue.item_live FOR EACH ROW
+    WHEN (NEW.group_key IS NOT NULL OR NEW.limit_key IS NOT NULL)
+    EXECUTE FUNCTION queue._flow_on_insert();
+CREATE OR REPLACE TRIGGER item_live_flow_band
+    BEFORE UPDATE OF priority ON queue.item_live FOR EACH ROW
+    WHEN (OLD.priority >= 100000 AND NEW.priority < 100000)
+    EXECUTE FUNCTION queue._flow_keep_band();
+
+DO $$
+BEGIN
+    -- constraint triggers have no OR REPLACE
+    DROP TRIGGER IF EXISTS item_live_flow_inserted ON queue.item_live;
+    DROP TRIGGER IF EXISTS item_live_flow_updated ON queue.item_live;
+    DROP TRIGGER IF EXISTS item_live_flow_deleted ON queue.item_live;
+END
+$$;
+CREATE CONSTRAINT TRIGGER item_live_flow_inserted
+    AFTER INSERT ON queue.item_live DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+    WHEN (NEW.group_key IS NOT NULL OR NEW.priority >= 100000)
+    EXECUTE FUNCTION queue._flow_on_commit();
+CREATE CONSTRAINT TRIGGER item_live_flow_updated
+    AFTER UPDATE ON queue.item_live DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+    WHEN (OLD.priority >= 100000
+          AND ((OLD.worker IS NOT NULL AND NEW.worker IS NULL) OR NEW.visible_at < OLD.visible_at))
+    EXECUTE FUNCTION queue._flow_on_commit();
+CREATE CONSTRAINT TRIGGER item_live_flow_deleted
+    AFTER DELETE ON queue.item_live DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+    WHEN ((OLD.group_key IS NOT NULL AND NOT OLD.group_wait)
+          OR (OLD.priority >= 100000 AND OLD.worker IS NOT NULL))
+    EXECUTE FUNCTION queue._flow_on_commit();
+
+-- Limits: the API -----------------------------------------------------------
+
+-- Mark on the queue whether it has limits, for the hot path's cache.
+CREATE OR REPLACE FUNCTION queue._flow_mark(p_queue text)
+RETURNS void LANGUAGE sql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+    UPDATE queue.queue_config c
+       SET flow_limits = EXISTS (SELECT 1 FROM queue.flow_limit l
+                                  WHERE l.queue_name = p_queue AND l.limit_key <> ''),
+           flow_rate = EXISTS (SELECT 1 FROM queue.flow_limit l
+                                WHERE l.queue_name = p_queue AND l.limit_key = '')
+     WHERE c.queue_name = p_queue
+$$;
+COMMENT ON FUNCTION queue._flow_mark(text) IS 'Records on the queue''s settings whether it has per-key limits or a rate';
+
+CREATE OR REPLACE FUNCTION queue.set_limit(queue_name text, limit_key text,
+                                           max_in_flight int DEFAULT NULL, rate int DEFAULT NULL,
+                                           per interval DEFAULT '1 s')
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text := queue._check_name(set_limit.queue_name);
+    v_key text := coalesce(set_limit.limit_key, '');
+BEGIN
+    PERFORM queue._check_access(v_name, 'reader');
+    IF set_limit.limit_key = '' THEN
+        RAISE EXCEPTION 'limit_key must not be empty'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass NULL to limit the whole queue.';
+    END IF;
+    IF set_limit.max_in_flight < 1 OR set_limit.rate < 1 THEN
+        RAISE EXCEPTION 'max_in_flight and rate must be at least 1'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Leave one out (NULL) for no limit of that kind, or drop the limit with queue.drop_limit.';
+    END IF;
+    IF set_limit.max_in_flight IS NULL AND set_limit.rate IS NULL THEN
+        RAISE EXCEPTION 'set_limit needs max_in_flight or rate'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'To remove a limit use queue.drop_limit.';
+    END IF;
+    IF set_limit.rate IS NOT NULL AND set_limit.rate > 100000 THEN
+        RAISE EXCEPTION 'rate must be at most 100000, not %', set_limit.rate
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use a shorter per for a finer rate.';
+    END IF;
+    IF set_limit.per IS NULL OR set_limit.per <= interval '0' THEN
+        RAISE EXCEPTION 'per must be a positive interval'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF v_key = '' AND set_limit.max_in_flight IS NOT NULL THEN
+        RAISE EXCEPTION 'the whole queue takes a rate only'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Cap the whole queue with queue.alter_queue(max_in_flight => ...).';
+    END IF;
+    -- the queue-wide row is never a lane: its ready_at stays 'infinity'
+    INSERT INTO queue.flow_limit AS l (queue_name, limit_key, max_in_flight, rate, per, ready_at)
+    VALUES (v_name, v_key, set_limit.max_in_flight, set_limit.rate, set_limit.per,
+            CASE WHEN v_key = '' THEN 'infinity'::timestamptz ELSE '-infinity' END)
+    ON CONFLICT (queue_name, limit_key) DO UPDATE
+       SET max_in_flight = EXCLUDED.max_in_flight, rate = EXCLUDED.rate, per = EXCLUDED.per,
+           ready_at = '-infinity';
+    IF v_key <> '' THEN
+        -- the key's live items move into the band (the band trigger leaves them alone)
+        UPDATE queue.item_live i SET priority = i.priority + queue._flow_band()
+         WHERE i.queue_name = v_name AND i.limit_key = v_key
+           AND i.priority < queue._flow_band();
+    END IF;
+    PERFORM queue._flow_mark(v_name);
+END
+$$;
+COMMENT ON FUNCTION queue.set_limit(text, text, int, int, interval)
+    IS 'Limits the items of a limit_key (NULL: the whole queue) to max_in_flight leases and rate claims per interval';
+
+CREATE OR REPLACE FUNCTION queue.drop_limit(queue_name text, limit_key text)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text := queue._check_name(drop_limit.queue_name);
+    v_key text := coalesce(drop_limit.limit_key, '');
+BEGIN
+    PERFORM queue._check_access(v_name, 'reader');
+    DELETE FROM queue.flow_limit l WHERE l.queue_name = v_name AND l.limit_key = v_key;
+    DELETE FROM queue.flow_claim l WHERE l.queue_name = v_name AND l.limit_key = v_key;
+    IF v_key <> '' THEN
+        UPDATE queue.item_live i SET priority = i.priority - queue._flow_band()
+         WHERE i.queue_name = v_name AND i.limit_key = v_key
+           AND i.priority >= queue._flow_band();
+    END IF;
+    PERFORM queue._flow_mark(v_name);
+END
+$$;
+COMMENT ON FUNCTION queue.drop_limit(text, text)
+    IS 'Removes the limit of a limit_key (NULL: the queue-wide rate); its items become unlimited';
+
+CREATE OR REPLACE VIEW queue.limits WITH (security_barrier) AS
+SELECT l.queue_name, nullif(l.limit_key, '') AS limit_key, l.max_in_flight, l.rate, l.per,
+       (SELECT count(*) FROM queue.item_live i
+         WHERE i.queue_name = l.queue_name AND i.worker IS NOT NULL
+           AND i.lease_expires_at > now()
+           AND (l.limit_key = '' OR i.limit_key = l.limit_key)) AS in_flight,
+       (SELECT count(*) FROM queue.flow_claim f
+         WHERE f.queue_name = l.queue_name AND f.limit_key = l.limit_key
+           AND f.at > clock_timestamp() - l.per) AS claims_in_window,
+       l.ready_at
+  FROM queue.flow_limit l
+ WHERE queue._can_read(l.queue_name);
+COMMENT ON VIEW queue.limits IS 'Per-key caps and rates (limit_key NULL: the queue-wide rate) with their use now';
+
+-- A dead head that blocked its group let go (replayed, resolved, rejected).
+CREATE OR REPLACE FUNCTION queue._flow_on_review() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+BEGIN
+    PERFORM queue._group_settle(NEW.queue_name, NEW.group_key, NULL);
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION queue._flow_on_review() IS 'At commit: lets a group move on once its dead head is reviewed';
+
+DROP TRIGGER IF EXISTS dead_letters_flow_reviewed ON queue.dead_letters;
+CREATE CONSTRAINT TRIGGER dead_letters_flow_reviewed
+    AFTER UPDATE OF review_status ON queue.dead_letters DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+    WHEN (NEW.group_key IS NOT NULL AND NEW.review_status IN ('resolved', 'rejected'))
+    EXECUTE FUNCTION queue._flow_on_review();
+
+-- A dropped queue takes its groups, limits and rate records along.
+CREATE OR REPLACE FUNCTION queue._flow_forget() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+BEGIN
+    DELETE FROM queue.flow_group f WHERE f.queue_name = OLD.queue_name;
+    DELETE FROM queue.flow_limit f WHERE f.queue_name = OLD.queue_name;
+    DELETE FROM queue.flow_claim f WHERE f.queue_name = OLD.queue_name;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION queue._flow_forget() IS 'Removes the flow-control state of a dropped queue';
+
+CREATE OR REPLACE TRIGGER queue_config_flow_forget
+    AFTER DELETE ON queue.queue_config FOR EACH ROW
+    EXECUTE FUNCTION queue._flow_forget();

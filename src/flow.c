@@ -1,0 +1,383 @@
+/*-------------------------------------------------------------------------
+ *
+ * flow.c
+ *		Claim-time flow control: the lanes of limited keys and the
+ *		queue-wide rate.
+ *
+ * Items of a limit_key that has a row in queue.flow_limit sit in a
+ * priority band of their own (schema/45_flow.sql), out of the ordinary
+ * claim's reach.  dequeue claims them lane by lane: flow_open_lanes()
+ * locks, with FOR UPDATE SKIP LOCKED, up to a batch's worth of the
+ * queue's keys whose ready_at has come, and works out under each lock how
+ * much the key may still take: its max_in_flight less its current leases,
+ * its rate less its claims (queue.flow_claim) in the window of `per`
+ * ending now.  dequeue claims at most that much from the key
+ * (dequeue.c), and flow_close_lane() records the claims of a rated key
+ * and sets ready_at to when the key may next give something, so that a
+ * full or throttled key costs later claims one index probe at most, never
+ * a walk over its items.  The lock of a key's row is held to the end of
+ * the transaction, so the count and the claim of one key never interleave
+ * with another dequeuer's: the caps and rates are exact.  Keys whose lock
+ * is taken are skipped, never waited for.
+ *
+ * The clock of the rate window is the wall clock read after the key's
+ * lock is taken; claims are recorded at that instant, so recorded claims
+ * of a key are in lock order and every window of `per` holds at most
+ * `rate` of them.
+ *
+ * The queue-wide rate (limit_key '') works the same way on every claim of
+ * the queue: flow_queue_rate_room() before the claim, flow_close_lane()
+ * after it.
+ *
+ * src/flow.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "queue.h"
+
+#define LANES_SQL \
+	"SELECT l.limit_key, coalesce(l.max_in_flight, 0), coalesce(l.rate, 0), l.per " \
+	"  FROM queue.flow_limit l " \
+	" WHERE l.queue_name" OP("=") "$1 AND l.limit_key" OP("<>") "'' " \
+	"   AND l.ready_at" OP("<=") "pg_catalog.statement_timestamp() " \
+	" ORDER BY l.ready_at LIMIT $2 FOR UPDATE SKIP LOCKED"
+
+#define QUEUE_RATE_SQL \
+	"SELECT l.limit_key, 0, coalesce(l.rate, 0), l.per " \
+	"  FROM queue.flow_limit l " \
+	" WHERE l.queue_name" OP("=") "$1 AND l.limit_key" OP("=") "'' " \
+	"   FOR UPDATE SKIP LOCKED"
+
+/* a key's current leases (item_live_limit_lease_idx) */
+#define KEY_IN_FLIGHT_SQL \
+	"SELECT pg_catalog.count(*), pg_catalog.min(lease_expires_at) FROM queue.item_live " \
+	" WHERE queue_name" OP("=") "$1 AND limit_key" OP("=") "$2 AND worker IS NOT NULL " \
+	"   AND lease_expires_at" OP(">") "pg_catalog.now()"
+
+/* claims in the window ending at $3, newest first, as many as the rate */
+#define WINDOW_SQL \
+	"SELECT pg_catalog.count(*), pg_catalog.min(w.at) FROM (" \
+	"  SELECT f.at FROM queue.flow_claim f " \
+	"   WHERE f.queue_name" OP("=") "$1 AND f.limit_key" OP("=") "$2 " \
+	"     AND f.at" OP(">") "($3" OP("-") "$4) " \
+	"   ORDER BY f.at DESC LIMIT $5) w"
+
+/* when the key's next item is (or was) due: its band, neither parked nor held */
+#define NEXT_DUE_SQL \
+	"SELECT pg_catalog.min(visible_at) FROM queue.item_live " \
+	" WHERE queue_name" OP("=") "$1 AND limit_key" OP("=") "$2 " \
+	"   AND priority" OP(">=") FLOW_BAND " " \
+	"   AND visible_at" OP("<") "'" FLOW_PARKED "'::pg_catalog.timestamptz"
+
+/* record claims; forget those older than an hour and the window */
+#define LOG_SQL \
+	"WITH gone AS (DELETE FROM queue.flow_claim f " \
+	"               WHERE f.queue_name" OP("=") "$1 AND f.limit_key" OP("=") "$2 " \
+	"                 AND f.at" OP("<") "($3" OP("-") "greatest($5, '1 hour'::pg_catalog.interval))) " \
+	"INSERT INTO queue.flow_claim (queue_name, limit_key, at, item_id) " \
+	"SELECT $1, $2, $3, pg_catalog.unnest($4::pg_catalog.int8[])"
+
+#define READY_SQL \
+	"UPDATE queue.flow_limit SET ready_at = $3 " \
+	" WHERE queue_name" OP("=") "$1 AND limit_key" OP("=") "$2"
+
+static SPIPlanPtr lanes_plan = NULL;
+static SPIPlanPtr queue_rate_plan = NULL;
+static SPIPlanPtr in_flight_plan = NULL;
+static SPIPlanPtr window_plan = NULL;
+static SPIPlanPtr next_due_plan = NULL;
+static SPIPlanPtr log_plan = NULL;
+static SPIPlanPtr ready_plan = NULL;
+
+/* Count and oldest (or earliest) timestamp of a two-column aggregate row. */
+static int64
+run_count_min(SPIPlanPtr plan, Datum *values, TimestampTz *min, bool *has_min)
+{
+	bool		isnull;
+	Datum		d;
+	int64		n;
+
+	if (SPI_execute_plan(plan, values, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "queue: flow count query failed");
+	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+	*has_min = !isnull;
+	*min = isnull ? 0 : DatumGetTimestampTz(d);
+	return n;
+}
+
+/*
+ * Work out, under the key's lock, how much the lane may take now, and
+ * when a full or throttled key may next take something.
+ */
+static void
+lane_measure(Datum qname, FlowLane *lane)
+{
+	lane->at = GetCurrentTimestamp();
+	lane->room = PG_INT64_MAX;
+
+	if (lane->max_in_flight > 0)
+	{
+		Oid			t[2] = {TEXTOID, TEXTOID};
+		Datum		v[2] = {qname, lane->key};
+		TimestampTz first;
+		bool		has_first;
+
+		lane->in_flight = run_count_min(queue_prepare_cached(&in_flight_plan, KEY_IN_FLIGHT_SQL,
+															 2, t),
+										v, &first, &has_first);
+		lane->room = Max(lane->max_in_flight - lane->in_flight, 0);
+	}
+	if (lane->rate > 0)
+	{
+		Oid			t[5] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, INTERVALOID, INT4OID};
+		Datum		v[5];
+		TimestampTz oldest;
+		bool		has_oldest;
+		int64		used;
+
+		v[0] = qname;
+		v[1] = lane->key;
+		v[2] = TimestampTzGetDatum(lane->at);
+		v[3] = IntervalPGetDatum(&lane->per);
+		v[4] = Int32GetDatum(lane->rate);
+		used = run_count_min(queue_prepare_cached(&window_plan, WINDOW_SQL, 5, t),
+							 v, &oldest, &has_oldest);
+		lane->used = used;
+		lane->oldest = has_oldest ? oldest : lane->at;
+		lane->room = Min(lane->room, Max(lane->rate - used, 0));
+	}
+}
+
+/* Fill a lane from a row of LANES_SQL or QUEUE_RATE_SQL. */
+static void
+lane_from_row(HeapTuple tup, TupleDesc desc, FlowLane *lane)
+{
+	bool		isnull;
+
+	memset(lane, 0, sizeof(FlowLane));
+	lane->key = SPI_getbinval(tup, desc, 1, &isnull);
+	lane->key = PointerGetDatum(SPI_datumTransfer(lane->key, false, -1));
+	lane->max_in_flight = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
+	lane->rate = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+	lane->per = *DatumGetIntervalP(SPI_getbinval(tup, desc, 4, &isnull));
+}
+
+/*
+ * flow_open_lanes
+ *		Lock up to max keys of the queue whose ready_at has come and
+ *		measure each.  Returns how many; *lanes is palloc'd in the caller's
+ *		context (SPI_palloc).  Keys whose lock another dequeuer holds are
+ *		skipped.
+ */
+int
+flow_open_lanes(Datum qname, int max, FlowLane **lanes)
+{
+	Oid			t[2] = {TEXTOID, INT4OID};
+	Datum		v[2];
+	SPITupleTable *tuptable;
+	int			n;
+
+	v[0] = qname;
+	v[1] = Int32GetDatum(max);
+	if (SPI_execute_plan(queue_prepare_cached(&lanes_plan, LANES_SQL, 2, t),
+						 v, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "queue: locking limit keys failed");
+	tuptable = SPI_tuptable;
+	n = (int) SPI_processed;
+	*lanes = (FlowLane *) SPI_palloc(sizeof(FlowLane) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+		lane_from_row(tuptable->vals[i], tuptable->tupdesc, &(*lanes)[i]);
+	for (int i = 0; i < n; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		lane_measure(qname, &(*lanes)[i]);
+	}
+	return n;
+}
+
+/*
+ * flow_queue_rate_room
+ *		Lock the queue-wide rate and measure it into *lane.  Returns false
+ *		when another dequeuer holds it (claim nothing, as SKIP LOCKED would).
+ */
+bool
+flow_queue_rate_room(Datum qname, FlowLane *lane)
+{
+	Oid			t[1] = {TEXTOID};
+
+	if (SPI_execute_plan(queue_prepare_cached(&queue_rate_plan, QUEUE_RATE_SQL, 1, t),
+						 &qname, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "queue: locking the queue rate failed");
+	if (SPI_processed == 0)
+		return false;
+	lane_from_row(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, lane);
+	lane_measure(qname, lane);
+	return true;
+}
+
+/*
+ * flow_close_lane
+ *		Record the claims of a rated lane (ids: the nids items claimed at
+ *		lane->at) and, for a key, set ready_at.  asked: how many the lane
+ *		was offered.
+ */
+void
+flow_close_lane(Datum qname, FlowLane *lane, int64 asked, int nids, Datum *ids)
+{
+	TimestampTz ready;
+
+	if (lane->rate > 0 && nids > 0)
+	{
+		Oid			t[5] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8ARRAYOID, INTERVALOID};
+		Datum		v[5];
+
+		v[0] = qname;
+		v[1] = lane->key;
+		v[2] = TimestampTzGetDatum(lane->at);
+		v[3] = PointerGetDatum(construct_array(ids, nids, INT8OID, 8,
+											   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		v[4] = IntervalPGetDatum(&lane->per);
+		if (SPI_execute_plan(queue_prepare_cached(&log_plan, LOG_SQL, 5, t),
+							 v, NULL, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "queue: recording rate claims failed");
+	}
+	if (VARSIZE_ANY_EXHDR(DatumGetTextPP(lane->key)) == 0)
+		return;					/* the queue-wide rate has no ready_at */
+
+	/* when may this key next give something? */
+	if (lane->max_in_flight > 0 && lane->in_flight + nids >= lane->max_in_flight)
+	{
+		/* full: look again when its first lease runs out (an end wakes it sooner) */
+		Oid			t[2] = {TEXTOID, TEXTOID};
+		Datum		v[2] = {qname, lane->key};
+		bool		has_first;
+
+		(void) run_count_min(queue_prepare_cached(&in_flight_plan, KEY_IN_FLIGHT_SQL, 2, t),
+							 v, &ready, &has_first);
+		if (!has_first)
+			ready = lane->at;
+	}
+	else if (nids < asked || lane->room == 0)
+	{
+		Oid			t[2] = {TEXTOID, TEXTOID};
+		Datum		v[2] = {qname, lane->key};
+		TimestampTz due;
+		bool		isnull;
+		Datum		d;
+
+		if (SPI_execute_plan(queue_prepare_cached(&next_due_plan, NEXT_DUE_SQL, 2, t),
+							 v, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "queue: finding a key's next item failed");
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		due = isnull ? DT_NOEND : DatumGetTimestampTz(d);
+		ready = due;
+	}
+	else
+		ready = lane->at;
+	/* throttled: nothing before the oldest claim leaves the window */
+	if (lane->rate > 0 && lane->used + nids >= lane->rate)
+	{
+		TimestampTz oldest = (lane->used > 0) ? lane->oldest : lane->at;
+		Datum		end = DirectFunctionCall2(timestamptz_pl_interval,
+											  TimestampTzGetDatum(oldest),
+											  IntervalPGetDatum(&lane->per));
+
+		ready = Max(ready, DatumGetTimestampTz(end));
+	}
+	{
+		Oid			t[3] = {TEXTOID, TEXTOID, TIMESTAMPTZOID};
+		Datum		v[3];
+
+		v[0] = qname;
+		v[1] = lane->key;
+		v[2] = TimestampTzGetDatum(ready);
+		if (SPI_execute_plan(queue_prepare_cached(&ready_plan, READY_SQL, 3, t),
+							 v, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "queue: updating a key's ready time failed");
+	}
+}
+
+/*
+ * flow_check_key
+ *		A group_key or limit_key: NULL is none, '' is refused (22023).
+ */
+void
+flow_check_key(Datum key, bool isnull, const char *argname)
+{
+	if (isnull)
+		return;
+	if (VARSIZE_ANY_EXHDR(DatumGetTextPP(key)) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be empty", argname),
+				 errhint("Pass NULL for an item without one.")));
+	queue_check_text_size(key, argname);
+}
+
+/*
+ * flow_check_keys
+ *		The per-item keys of enqueue_batch: NULL or a one-dimensional array
+ *		of n elements (NULL elements: no key).
+ */
+void
+flow_check_keys(Datum keys, bool isnull, int n, const char *argname)
+{
+	ArrayType  *arr;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			nelems;
+
+	if (isnull)
+		return;
+	arr = DatumGetArrayTypeP(keys);
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a one-dimensional array", argname)));
+	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &nelems);
+	if (nelems != n)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s has %d elements but payloads has %d", argname, nelems, n),
+				 errhint("Pass one key per payload, NULL for items without one.")));
+	for (int i = 0; i < n; i++)
+		flow_check_key(elems[i], nulls[i], argname);
+}
+
+/*
+ * flow_check_requires
+ *		requires: NULL or an array of labels without NULLs; an empty array
+ *		requires nothing and is stored as NULL (*isnull set).
+ */
+Datum
+flow_check_requires(Datum requires, bool *isnull)
+{
+	ArrayType  *arr;
+
+	if (*isnull)
+		return (Datum) 0;
+	arr = DatumGetArrayTypeP(requires);
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("requires must be a one-dimensional array")));
+	if (array_contains_nulls(arr))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("requires must not contain NULL labels")));
+	if (ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr)) == 0)
+	{
+		*isnull = true;
+		return (Datum) 0;
+	}
+	return PointerGetDatum(arr);
+}

@@ -1,0 +1,1 @@
+../../schema/45_flow.sql
