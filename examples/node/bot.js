@@ -92,7 +92,7 @@ async function serve() {
     await db.connect();
     await listener.connect();
     await listener.query(`LISTEN ${listener.escapeIdentifier(`queue_${QUEUE}`)}`);
-    await call(db, 'SELECT queue.register_worker($1)', WORKER);
+    await call(db, 'SELECT queue.register_worker($1, restart => true)', WORKER); // a predecessor's leases end
     log(`working on queue ${QUEUE}`);
     while (!stopping) {
       const { rows } = await db.query(

@@ -97,7 +97,8 @@ process() {
 	fi
 }
 
-q "SELECT queue.register_worker(:'w')" >/dev/null || log "cannot reach the database yet"
+# restart: the leases a predecessor under this name still holds end now
+q "SELECT queue.register_worker(:'w', restart => true)" >/dev/null || log "cannot reach the database yet"
 log "working on queue $QUEUE"
 while [ $stopping = 0 ]; do
 	row=$(q "SELECT item_id, lease_token, attempt, coalesce((payload->>'steps')::int, 1),

@@ -105,7 +105,7 @@ def serve(wakeup):
     listen.autocommit = True
     with listen.cursor() as cur:
         cur.execute(sql.SQL('LISTEN {}').format(sql.Identifier('queue_' + QUEUE)))
-    call(conn, 'SELECT queue.register_worker(%s)', WORKER)
+    call(conn, 'SELECT queue.register_worker(%s, restart => true)', WORKER)   # a predecessor's leases end
     log('working on queue %s' % QUEUE)
     while not stopping:
         with conn.cursor() as cur:
