@@ -162,6 +162,148 @@ END
 $$;
 COMMENT ON FUNCTION queue._sweep_alerts(text) IS 'Raises and clears the alerts of one queue';
 
+-- Retention of one queue: removes at most p_batch rows of each kind that
+-- the queue no longer keeps, and returns how many it removed.  The one place
+-- that knows what retention removes and how long each kind is kept (a
+-- partitioned history would replace the body of this function).
+CREATE FUNCTION queue._retention(p_queue text, p_batch int)
+RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    c queue.queue_config;
+    v_now timestamptz := now();
+    v_n bigint;
+    v_purged bigint := 0;
+    v_keep_failures interval;
+    v_oldest_kept timestamptz;
+BEGIN
+    SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+
+    -- Each batch is the oldest rows by the queue's time index: a plain
+    -- LIMIT may scan the table from its start, past the dead rows of the
+    -- batches before it, and slow down batch after batch.
+    -- processed history:
+    WITH d AS (
+        DELETE FROM queue.item_done d
+         WHERE d.queue_name = p_queue
+           AND d.item_id = ANY (ARRAY(SELECT x.item_id FROM queue.item_done x
+                              WHERE x.queue_name = p_queue
+                                AND x.completed_at < v_now - c.retention
+                              ORDER BY x.completed_at LIMIT p_batch))
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    v_purged := v_purged + v_n;
+
+    -- resolved or rejected dead letters, kept for retention after review:
+    WITH d AS (
+        DELETE FROM queue.dead_letters d
+         WHERE d.queue_name = p_queue
+           AND d.item_id = ANY (ARRAY(SELECT x.item_id FROM queue.dead_letters x
+                              WHERE x.queue_name = p_queue
+                                AND x.review_status IN ('resolved', 'rejected')
+                                AND coalesce(x.reviewed_at, x.dead_at) < v_now - c.retention
+                              LIMIT p_batch))
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    v_purged := v_purged + v_n;
+
+    -- events:
+    WITH d AS (
+        DELETE FROM queue.events e
+         WHERE e.queue_name = p_queue
+           AND e.event_id = ANY (ARRAY(SELECT x.event_id FROM queue.events x
+                               WHERE x.queue_name = p_queue AND x.at < v_now - c.retention
+                               ORDER BY x.at LIMIT p_batch))
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    v_purged := v_purged + v_n;
+
+    -- failed attempts, kept at least for the breaker window and the hour
+    -- that stats() and health() look at:
+    v_keep_failures := greatest(c.retention, c.breaker_window, interval '1 hour');
+    WITH d AS (
+        DELETE FROM queue.failure_log f
+         WHERE f.queue_name = p_queue
+           AND f.failure_id = ANY (ARRAY(SELECT x.failure_id FROM queue.failure_log x
+                                 WHERE x.queue_name = p_queue
+                                   AND x.at < v_now - v_keep_failures
+                                 ORDER BY x.at LIMIT p_batch))
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    v_purged := v_purged + v_n;
+
+    -- dedup keys of completed items, past the dedup window (all of them
+    -- when the queue has none):
+    WITH d AS (
+        DELETE FROM queue.dedup_done k
+         WHERE k.queue_name = p_queue
+           AND k.dedup_key = ANY (ARRAY(SELECT x.dedup_key FROM queue.dedup_done x
+                                WHERE x.queue_name = p_queue
+                                  AND x.completed_at < v_now - coalesce(c.dedup_window, interval '0')
+                                ORDER BY x.completed_at LIMIT p_batch))
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    v_purged := v_purged + v_n;
+
+    -- cleared alerts:
+    WITH d AS (
+        DELETE FROM queue.alerts a
+         WHERE a.queue_name = p_queue
+           AND a.alert_id = ANY (ARRAY(SELECT x.alert_id FROM queue.alerts x
+                               WHERE x.queue_name = p_queue
+                                 AND x.cleared_at < v_now - c.retention
+                               LIMIT p_batch))
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    v_purged := v_purged + v_n;
+
+    -- metrics snapshots, always keeping the newest three (health's backlog rule):
+    SELECT m.taken_at INTO v_oldest_kept FROM queue.metrics_history m
+     WHERE m.queue_name = p_queue ORDER BY m.taken_at DESC OFFSET 2 LIMIT 1;
+    WITH d AS (
+        DELETE FROM queue.metrics_history m
+         WHERE m.queue_name = p_queue
+           AND m.taken_at = ANY (ARRAY(SELECT x.taken_at FROM queue.metrics_history x
+                               WHERE x.queue_name = p_queue
+                                 AND x.taken_at < v_now - c.retention
+                                 AND x.taken_at < v_oldest_kept
+                               ORDER BY x.taken_at
+                               LIMIT p_batch))
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    v_purged := v_purged + v_n;
+
+    RETURN v_purged;
+END
+$$;
+COMMENT ON FUNCTION queue._retention(text, int)
+    IS 'Removes at most p_batch rows of each kind past a queue''s retention; returns how many';
+
+-- Retention for one queue, one batch of each kind (queue._sweep_batch()
+-- rows); returns how many rows went, 0 when nothing more is due.
+CREATE FUNCTION queue.apply_retention(queue_name text)
+RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text := queue._check_name(apply_retention.queue_name);
+BEGIN
+    PERFORM queue._lock_queue(v_name, false);
+    PERFORM 1 FROM queue.queue_config c WHERE c.queue_name = v_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'queue "%" does not exist', v_name
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN queue._retention(v_name, queue._sweep_batch());
+END
+$$;
+COMMENT ON FUNCTION queue.apply_retention(text)
+    IS 'Removes one batch of each kind of row past the queue''s retention; returns how many, 0 when nothing is due';
+
 -- The work of sweep() on one queue.  swept is false when another session
 -- is sweeping the queue (or it was dropped meanwhile).
 CREATE FUNCTION queue._sweep_queue(p_queue text,
@@ -178,8 +320,6 @@ DECLARE
     v_id bigint;
     v_n bigint;
     v_aging float8;
-    v_keep_failures interval;
-    v_oldest_kept timestamptz;
 BEGIN
     swept := false;
     recovered := 0;
@@ -261,96 +401,8 @@ BEGIN
         SELECT count(*) INTO aged FROM upd;
     END IF;
 
-    -- Retention.  Processed history:
-    WITH d AS (
-        DELETE FROM queue.item_done d
-         WHERE d.queue_name = p_queue
-           AND d.item_id = ANY (ARRAY(SELECT x.item_id FROM queue.item_done x
-                              WHERE x.queue_name = p_queue
-                                AND x.completed_at < v_now - c.retention
-                              LIMIT v_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    purged := purged + v_n;
-
-    -- resolved or rejected dead letters, kept for retention after review:
-    WITH d AS (
-        DELETE FROM queue.dead_letters d
-         WHERE d.queue_name = p_queue
-           AND d.item_id = ANY (ARRAY(SELECT x.item_id FROM queue.dead_letters x
-                              WHERE x.queue_name = p_queue
-                                AND x.review_status IN ('resolved', 'rejected')
-                                AND coalesce(x.reviewed_at, x.dead_at) < v_now - c.retention
-                              LIMIT v_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    purged := purged + v_n;
-
-    -- events:
-    WITH d AS (
-        DELETE FROM queue.events e
-         WHERE e.queue_name = p_queue
-           AND e.event_id = ANY (ARRAY(SELECT x.event_id FROM queue.events x
-                               WHERE x.queue_name = p_queue AND x.at < v_now - c.retention
-                               LIMIT v_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    purged := purged + v_n;
-
-    -- failed attempts, kept at least for the breaker window and the hour
-    -- that stats() and health() look at:
-    v_keep_failures := greatest(c.retention, c.breaker_window, interval '1 hour');
-    WITH d AS (
-        DELETE FROM queue.failure_log f
-         WHERE f.queue_name = p_queue
-           AND f.failure_id = ANY (ARRAY(SELECT x.failure_id FROM queue.failure_log x
-                                 WHERE x.queue_name = p_queue
-                                   AND x.at < v_now - v_keep_failures
-                                 LIMIT v_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    purged := purged + v_n;
-
-    -- dedup keys of completed items, past the dedup window (all of them
-    -- when the queue has none):
-    WITH d AS (
-        DELETE FROM queue.dedup_done k
-         WHERE k.queue_name = p_queue
-           AND k.dedup_key = ANY (ARRAY(SELECT x.dedup_key FROM queue.dedup_done x
-                                WHERE x.queue_name = p_queue
-                                  AND x.completed_at < v_now - coalesce(c.dedup_window, interval '0')
-                                LIMIT v_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    purged := purged + v_n;
-
-    -- cleared alerts:
-    WITH d AS (
-        DELETE FROM queue.alerts a
-         WHERE a.queue_name = p_queue
-           AND a.alert_id = ANY (ARRAY(SELECT x.alert_id FROM queue.alerts x
-                               WHERE x.queue_name = p_queue
-                                 AND x.cleared_at < v_now - c.retention
-                               LIMIT v_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    purged := purged + v_n;
-
-    -- metrics snapshots, always keeping the newest three (health's backlog rule):
-    SELECT m.taken_at INTO v_oldest_kept FROM queue.metrics_history m
-     WHERE m.queue_name = p_queue ORDER BY m.taken_at DESC OFFSET 2 LIMIT 1;
-    WITH d AS (
-        DELETE FROM queue.metrics_history m
-         WHERE m.queue_name = p_queue
-           AND m.taken_at = ANY (ARRAY(SELECT x.taken_at FROM queue.metrics_history x
-                               WHERE x.queue_name = p_queue
-                                 AND x.taken_at < v_now - c.retention
-                                 AND x.taken_at < v_oldest_kept
-                               ORDER BY x.taken_at
-                               LIMIT v_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    purged := purged + v_n;
+    -- Retention: one batch of each kind (run_sweep() goes on until done).
+    purged := queue._retention(p_queue, v_batch);
 
     -- Breaker: an open breaker pauses the queue; a closed one may trip on
     -- failures that arrived without a fail() call (lost leases).
@@ -504,6 +556,7 @@ CREATE PROCEDURE queue.run_sweep()
 LANGUAGE plpgsql AS $$
 DECLARE
     v_name text;
+    v_n bigint;
 BEGIN
     FOR v_name IN SELECT q.queue_name FROM queue.queues q ORDER BY q.queue_name
     LOOP
@@ -513,6 +566,20 @@ BEGIN
             NULL;   -- dropped since the loop began
         END;
         COMMIT;
+    END LOOP;
+    -- then retention until nothing is due, a batch per transaction, so
+    -- that it keeps up with any rate the queues complete at
+    FOR v_name IN SELECT q.queue_name FROM queue.queues q ORDER BY q.queue_name
+    LOOP
+        LOOP
+            BEGIN
+                v_n := queue.apply_retention(v_name);
+            EXCEPTION WHEN undefined_object THEN
+                v_n := 0;
+            END;
+            COMMIT;
+            EXIT WHEN v_n = 0;
+        END LOOP;
     END LOOP;
     PERFORM queue.sweep_dropped();
     COMMIT;

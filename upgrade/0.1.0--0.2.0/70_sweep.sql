@@ -1,4 +1,5 @@
--- sweep: holds the queue lock of the queue it sweeps; sweep(queue_name) for
+-- sweep: holds the queue lock of the queue it sweeps; retention in one
+-- function, apply_retention(queue_name) for one batch; sweep(queue_name) for
 -- one queue; the procedure run_sweep() that the pg_cron job calls commits
 -- after each queue; sweep_dropped() removes the rows of queues that no
 -- longer exist.
@@ -12,6 +13,142 @@ BEGIN
 END
 $$;
 COMMENT ON TYPE queue.queue_sweep IS 'A row of queue.sweep(queue_name)';
+
+CREATE OR REPLACE FUNCTION queue._retention(p_queue text, p_batch int)
+RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    c queue.queue_config;
+    v_now timestamptz := now();
+    v_n bigint;
+    v_purged bigint := 0;
+    v_keep_failures interval;
+    v_oldest_kept timestamptz;
+BEGIN
+    SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+
+    -- Each batch is the oldest rows by the queue's time index: a plain
+    -- LIMIT may scan the table from its start, past the dead rows of the
+    -- batches before it, and slow down batch after batch.
+    -- processed history:
+    WITH d AS (
+        DELETE FROM queue.item_done d
+         WHERE d.queue_name = p_queue
+           AND d.item_id = ANY (ARRAY(SELECT x.item_id FROM queue.item_done x
+                              WHERE x.queue_name = p_queue
+                                AND x.completed_at < v_now - c.retention
+                              ORDER BY x.completed_at LIMIT p_batch))
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    v_purged := v_purged + v_n;
+
+    -- resolved or rejected dead letters, kept for retention after review:
+    WITH d AS (
+        DELETE FROM queue.dead_letters d
+         WHERE d.queue_name = p_queue
+           AND d.item_id = ANY (ARRAY(SELECT x.item_id FROM queue.dead_letters x
+                              WHERE x.queue_name = p_queue
+                                AND x.review_status IN ('resolved', 'rejected')
+                                AND coalesce(x.reviewed_at, x.dead_at) < v_now - c.retention
+                              LIMIT p_batch))
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    v_purged := v_purged + v_n;
+
+    -- events:
+    WITH d AS (
+        DELETE FROM queue.events e
+         WHERE e.queue_name = p_queue
+           AND e.event_id = ANY (ARRAY(SELECT x.event_id FROM queue.events x
+                               WHERE x.queue_name = p_queue AND x.at < v_now - c.retention
+                               ORDER BY x.at LIMIT p_batch))
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    v_purged := v_purged + v_n;
+
+    -- failed attempts, kept at least for the breaker window and the hour
+    -- that stats() and health() look at:
+    v_keep_failures := greatest(c.retention, c.breaker_window, interval '1 hour');
+    WITH d AS (
+        DELETE FROM queue.failure_log f
+         WHERE f.queue_name = p_queue
+           AND f.failure_id = ANY (ARRAY(SELECT x.failure_id FROM queue.failure_log x
+                                 WHERE x.queue_name = p_queue
+                                   AND x.at < v_now - v_keep_failures
+                                 ORDER BY x.at LIMIT p_batch))
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    v_purged := v_purged + v_n;
+
+    -- dedup keys of completed items, past the dedup window (all of them
+    -- when the queue has none):
+    WITH d AS (
+        DELETE FROM queue.dedup_done k
+         WHERE k.queue_name = p_queue
+           AND k.dedup_key = ANY (ARRAY(SELECT x.dedup_key FROM queue.dedup_done x
+                                WHERE x.queue_name = p_queue
+                                  AND x.completed_at < v_now - coalesce(c.dedup_window, interval '0')
+                                ORDER BY x.completed_at LIMIT p_batch))
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    v_purged := v_purged + v_n;
+
+    -- cleared alerts:
+    WITH d AS (
+        DELETE FROM queue.alerts a
+         WHERE a.queue_name = p_queue
+           AND a.alert_id = ANY (ARRAY(SELECT x.alert_id FROM queue.alerts x
+                               WHERE x.queue_name = p_queue
+                                 AND x.cleared_at < v_now - c.retention
+                               LIMIT p_batch))
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    v_purged := v_purged + v_n;
+
+    -- metrics snapshots, always keeping the newest three (health's backlog rule):
+    SELECT m.taken_at INTO v_oldest_kept FROM queue.metrics_history m
+     WHERE m.queue_name = p_queue ORDER BY m.taken_at DESC OFFSET 2 LIMIT 1;
+    WITH d AS (
+        DELETE FROM queue.metrics_history m
+         WHERE m.queue_name = p_queue
+           AND m.taken_at = ANY (ARRAY(SELECT x.taken_at FROM queue.metrics_history x
+                               WHERE x.queue_name = p_queue
+                                 AND x.taken_at < v_now - c.retention
+                                 AND x.taken_at < v_oldest_kept
+                               ORDER BY x.taken_at
+                               LIMIT p_batch))
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    v_purged := v_purged + v_n;
+
+    RETURN v_purged;
+END
+$$;
+COMMENT ON FUNCTION queue._retention(text, int)
+    IS 'Removes at most p_batch rows of each kind past a queue''s retention; returns how many';
+
+CREATE OR REPLACE FUNCTION queue.apply_retention(queue_name text)
+RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text := queue._check_name(apply_retention.queue_name);
+BEGIN
+    PERFORM queue._lock_queue(v_name, false);
+    PERFORM 1 FROM queue.queue_config c WHERE c.queue_name = v_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'queue "%" does not exist', v_name
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN queue._retention(v_name, queue._sweep_batch());
+END
+$$;
+COMMENT ON FUNCTION queue.apply_retention(text)
+    IS 'Removes one batch of each kind of row past the queue''s retention; returns how many, 0 when nothing is due';
 
 CREATE OR REPLACE FUNCTION queue._sweep_queue(p_queue text,
                                    OUT swept boolean, OUT recovered bigint,
@@ -27,8 +164,6 @@ DECLARE
     v_id bigint;
     v_n bigint;
     v_aging float8;
-    v_keep_failures interval;
-    v_oldest_kept timestamptz;
 BEGIN
     swept := false;
     recovered := 0;
@@ -110,96 +245,8 @@ BEGIN
         SELECT count(*) INTO aged FROM upd;
     END IF;
 
-    -- Retention.  Processed history:
-    WITH d AS (
-        DELETE FROM queue.item_done d
-         WHERE d.queue_name = p_queue
-           AND d.item_id = ANY (ARRAY(SELECT x.item_id FROM queue.item_done x
-                              WHERE x.queue_name = p_queue
-                                AND x.completed_at < v_now - c.retention
-                              LIMIT v_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    purged := purged + v_n;
-
-    -- resolved or rejected dead letters, kept for retention after review:
-    WITH d AS (
-        DELETE FROM queue.dead_letters d
-         WHERE d.queue_name = p_queue
-           AND d.item_id = ANY (ARRAY(SELECT x.item_id FROM queue.dead_letters x
-                              WHERE x.queue_name = p_queue
-                                AND x.review_status IN ('resolved', 'rejected')
-                                AND coalesce(x.reviewed_at, x.dead_at) < v_now - c.retention
-                              LIMIT v_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    purged := purged + v_n;
-
-    -- events:
-    WITH d AS (
-        DELETE FROM queue.events e
-         WHERE e.queue_name = p_queue
-           AND e.event_id = ANY (ARRAY(SELECT x.event_id FROM queue.events x
-                               WHERE x.queue_name = p_queue AND x.at < v_now - c.retention
-                               LIMIT v_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    purged := purged + v_n;
-
-    -- failed attempts, kept at least for the breaker window and the hour
-    -- that stats() and health() look at:
-    v_keep_failures := greatest(c.retention, c.breaker_window, interval '1 hour');
-    WITH d AS (
-        DELETE FROM queue.failure_log f
-         WHERE f.queue_name = p_queue
-           AND f.failure_id = ANY (ARRAY(SELECT x.failure_id FROM queue.failure_log x
-                                 WHERE x.queue_name = p_queue
-                                   AND x.at < v_now - v_keep_failures
-                                 LIMIT v_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    purged := purged + v_n;
-
-    -- dedup keys of completed items, past the dedup window (all of them
-    -- when the queue has none):
-    WITH d AS (
-        DELETE FROM queue.dedup_done k
-         WHERE k.queue_name = p_queue
-           AND k.dedup_key = ANY (ARRAY(SELECT x.dedup_key FROM queue.dedup_done x
-                                WHERE x.queue_name = p_queue
-                                  AND x.completed_at < v_now - coalesce(c.dedup_window, interval '0')
-                                LIMIT v_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    purged := purged + v_n;
-
-    -- cleared alerts:
-    WITH d AS (
-        DELETE FROM queue.alerts a
-         WHERE a.queue_name = p_queue
-           AND a.alert_id = ANY (ARRAY(SELECT x.alert_id FROM queue.alerts x
-                               WHERE x.queue_name = p_queue
-                                 AND x.cleared_at < v_now - c.retention
-                               LIMIT v_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    purged := purged + v_n;
-
-    -- metrics snapshots, always keeping the newest three (health's backlog rule):
-    SELECT m.taken_at INTO v_oldest_kept FROM queue.metrics_history m
-     WHERE m.queue_name = p_queue ORDER BY m.taken_at DESC OFFSET 2 LIMIT 1;
-    WITH d AS (
-        DELETE FROM queue.metrics_history m
-         WHERE m.queue_name = p_queue
-           AND m.taken_at = ANY (ARRAY(SELECT x.taken_at FROM queue.metrics_history x
-                               WHERE x.queue_name = p_queue
-                                 AND x.taken_at < v_now - c.retention
-                                 AND x.taken_at < v_oldest_kept
-                               ORDER BY x.taken_at
-                               LIMIT v_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    purged := purged + v_n;
+    -- Retention: one batch of each kind (run_sweep() goes on until done).
+    purged := queue._retention(p_queue, v_batch);
 
     -- Breaker: an open breaker pauses the queue; a closed one may trip on
     -- failures that arrived without a fail() call (lost leases).
@@ -332,6 +379,7 @@ CREATE OR REPLACE PROCEDURE queue.run_sweep()
 LANGUAGE plpgsql AS $$
 DECLARE
     v_name text;
+    v_n bigint;
 BEGIN
     FOR v_name IN SELECT q.queue_name FROM queue.queues q ORDER BY q.queue_name
     LOOP
@@ -341,6 +389,20 @@ BEGIN
             NULL;   -- dropped since the loop began
         END;
         COMMIT;
+    END LOOP;
+    -- then retention until nothing is due, a batch per transaction, so
+    -- that it keeps up with any rate the queues complete at
+    FOR v_name IN SELECT q.queue_name FROM queue.queues q ORDER BY q.queue_name
+    LOOP
+        LOOP
+            BEGIN
+                v_n := queue.apply_retention(v_name);
+            EXCEPTION WHEN undefined_object THEN
+                v_n := 0;
+            END;
+            COMMIT;
+            EXIT WHEN v_n = 0;
+        END LOOP;
     END LOOP;
     PERFORM queue.sweep_dropped();
     COMMIT;
@@ -374,12 +436,15 @@ $$;
 COMMENT ON FUNCTION queue.enable_cron(text, text)
     IS 'Schedules sweep() and snapshot_metrics() with pg_cron as jobs queue_sweep and queue_snapshot_metrics';
 
+REVOKE ALL ON FUNCTION queue._retention(text, int) FROM PUBLIC;
+REVOKE ALL ON FUNCTION queue.apply_retention(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._sweep_guarded(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue.sweep_dropped() FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue.sweep(text) FROM PUBLIC;
 REVOKE ALL ON PROCEDURE queue.run_sweep() FROM PUBLIC;
 -- maintenance steps an admin may run (schema/90_security.sql grants every
 -- API routine to queue_admin)
+GRANT EXECUTE ON FUNCTION queue.apply_retention(text) TO queue_admin;
 GRANT EXECUTE ON FUNCTION queue.sweep_dropped() TO queue_admin;
 GRANT EXECUTE ON FUNCTION queue.sweep(text) TO queue_admin;
 GRANT EXECUTE ON PROCEDURE queue.run_sweep() TO queue_admin;
