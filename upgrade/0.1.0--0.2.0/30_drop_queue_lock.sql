@@ -1,6 +1,7 @@
 -- drop_queue leaves nothing behind: the queue lock (shared by every call
 -- that uses a queue, exclusive for drop_queue), one function that removes
--- a queue's rows, a new queue starting empty.
+-- a queue's rows (create_queue, which starts a new queue empty, is in
+-- 46_flow_changes.sql).
 
 CREATE OR REPLACE FUNCTION queue._lock_queue(queue_name text, exclusive boolean) RETURNS void
     LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'queue_lock_queue_sql';
@@ -43,79 +44,6 @@ COMMENT ON FUNCTION queue._forget_queue(text, boolean)
 
 REVOKE ALL ON FUNCTION queue._lock_queue(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._forget_queue(text, boolean) FROM PUBLIC;
-
-CREATE OR REPLACE FUNCTION queue.create_queue(
-    queue_name          text,
-    lease_timeout       interval DEFAULT '5 min',
-    max_attempts        int      DEFAULT 5,
-    backoff_base        interval DEFAULT '5 s',
-    backoff_factor      float8   DEFAULT 3,
-    backoff_max         interval DEFAULT '1 h',
-    backoff_jitter      float8   DEFAULT 0.1,
-    item_ttl            interval DEFAULT NULL,
-    dedup_window        interval DEFAULT NULL,
-    priority_aging      interval DEFAULT NULL,
-    max_in_flight       int      DEFAULT NULL,
-    retention           interval DEFAULT '7 days',
-    sla                 interval DEFAULT NULL,
-    notify              boolean  DEFAULT true,
-    audit               text     DEFAULT 'failures',
-    breaker_threshold   float8   DEFAULT NULL,
-    breaker_window      interval DEFAULT '10 min',
-    breaker_min_samples int      DEFAULT 20,
-    breaker_cooldown    interval DEFAULT '5 min',
-    if_not_exists       boolean  DEFAULT false)
-RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp SET jit = off AS $$
-#variable_conflict use_column
-DECLARE
-    c queue.queue_config;
-BEGIN
-    c.queue_name := queue._check_name(create_queue.queue_name);
-    c.lease_timeout := create_queue.lease_timeout;
-    c.max_attempts := create_queue.max_attempts;
-    c.backoff_base := create_queue.backoff_base;
-    c.backoff_factor := create_queue.backoff_factor;
-    c.backoff_max := create_queue.backoff_max;
-    c.backoff_jitter := create_queue.backoff_jitter;
-    c.item_ttl := create_queue.item_ttl;
-    c.dedup_window := create_queue.dedup_window;
-    c.priority_aging := create_queue.priority_aging;
-    c.max_in_flight := create_queue.max_in_flight;
-    c.retention := create_queue.retention;
-    c.sla := create_queue.sla;
-    c.notify := create_queue.notify;
-    c.audit := create_queue.audit;
-    c.breaker_threshold := create_queue.breaker_threshold;
-    c.breaker_window := create_queue.breaker_window;
-    c.breaker_min_samples := create_queue.breaker_min_samples;
-    c.breaker_cooldown := create_queue.breaker_cooldown;
-    PERFORM queue._check_settings(c);
-
-    INSERT INTO queue.queue_config AS q
-           (queue_name, lease_timeout, max_attempts, backoff_base, backoff_factor, backoff_max,
-            backoff_jitter, item_ttl, dedup_window, priority_aging, max_in_flight, retention, sla,
-            notify, audit, breaker_threshold, breaker_window, breaker_min_samples, breaker_cooldown)
-    VALUES (c.queue_name, c.lease_timeout, c.max_attempts, c.backoff_base, c.backoff_factor,
-            c.backoff_max, c.backoff_jitter, c.item_ttl, c.dedup_window, c.priority_aging,
-            c.max_in_flight, c.retention, c.sla, c.notify, c.audit, c.breaker_threshold,
-            c.breaker_window, c.breaker_min_samples, c.breaker_cooldown)
-    ON CONFLICT ON CONSTRAINT queue_config_pkey DO NOTHING;
-    IF NOT FOUND THEN
-        IF NOT coalesce(create_queue.if_not_exists, false) THEN
-            RAISE EXCEPTION 'queue "%" already exists', c.queue_name
-                USING ERRCODE = 'duplicate_object',
-                      HINT = 'Pass if_not_exists => true to accept an existing queue, or change it with queue.alter_queue().';
-        END IF;
-        RETURN;
-    END IF;
-    -- a new queue starts empty, whatever an earlier queue of the name left
-    PERFORM queue._lock_queue(c.queue_name, true);
-    PERFORM queue._forget_queue(c.queue_name, true);
-END
-$$;
-COMMENT ON FUNCTION queue.create_queue(text, interval, int, interval, float8, interval, float8, interval, interval, interval, int, interval, interval, boolean, text, float8, interval, int, interval, boolean)
-    IS 'Creates a queue with its lease, retry, retention, audit and breaker settings';
 
 CREATE OR REPLACE FUNCTION queue.drop_queue(queue_name text, force boolean DEFAULT false)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
