@@ -23,6 +23,8 @@ wait_exit() {
 	if kill -0 "$2" 2>/dev/null; then EXIT=124; else wait "$2"; EXIT=$?; fi
 }
 enqueue() { sql "SELECT queue.enqueue('$1', '$2')"; }
+# item_state QUEUE ID : where an item is, for failure reports
+item_state() { sql "SELECT 'item $2: ' || i.state || ' ' || coalesce(i.worker, '-') || ' ' || coalesce(i.progress::text, '') FROM queue.item('$1', $2) i"; }
 
 bot_cases() {
 	local lang=$1 q=bots_$1 w0=$1-bot-0 w1=$1-bot-1 w2=$1-bot-2 id poll
@@ -36,7 +38,7 @@ bot_cases() {
 	b0=$BOT
 	sleep 1
 	enqueue "$q" '{"n": 0}' >/dev/null
-	if wait_for 10 "SELECT count(*) = 1 FROM queue.history WHERE queue_name = '$q' AND payload->>'n' = '0'"; then
+	if wait_for 15 "SELECT count(*) = 1 FROM queue.history WHERE queue_name = '$q' AND payload->>'n' = '0'"; then
 		ok "$lang: an idle bot picks up a new item at once ($([ $poll = 1 ] && echo "1 s poll" || echo "LISTEN, 30 s poll"))"
 	else
 		notok "$lang: an idle bot picks up a new item at once" "$(tail -5 "$LOG/$w0.log")"
@@ -51,7 +53,7 @@ bot_cases() {
 	enqueue "$q" '{"n": 4, "fail": "permanent"}' >/dev/null
 	start_bot "$lang" "$q" "$w1" 1
 	b1=$BOT
-	if wait_for 30 "SELECT (SELECT count(*) FROM queue.history WHERE queue_name = '$q') = 4
+	if wait_for 90 "SELECT (SELECT count(*) FROM queue.history WHERE queue_name = '$q') = 4
 	                   AND (SELECT count(*) FROM queue.dead_letters WHERE queue_name = '$q') = 1"; then
 		ok "$lang: works the queue: three completed, one dead letter"
 	else
@@ -70,7 +72,7 @@ bot_cases() {
 
 	# a lost lease: another worker takes the item while the bot works on it
 	id=$(enqueue "$q" '{"n": 6, "step_seconds": 6}')
-	if wait_for 20 "SELECT worker = '$w1' FROM queue.items WHERE queue_name = '$q' AND item_id = $id AND state = 'processing'"; then
+	if wait_for 40 "SELECT worker = '$w1' FROM queue.items WHERE queue_name = '$q' AND item_id = $id AND state = 'processing'"; then
 		sleep 2.5    # into its 6 s step, past its extend_lease
 		# its lease ends and another worker claims the item, in one transaction
 		# (so the bot cannot revive the lease in between)
@@ -85,12 +87,12 @@ bot_cases() {
 		is "$lang: ... the new holder completes it, the bot goes on" \
 			"$(sql "SELECT queue.complete('$q', $id, $tok)") $(kill -0 "$b1" 2>/dev/null && echo running)" "t running"
 	else
-		notok "$lang: the bot claims the slow item" "$(tail -5 "$LOG/$w1.log")"
+		notok "$lang: the bot claims the slow item" "$(tail -5 "$LOG/$w1.log")" "$(item_state "$q" "$id")"
 	fi
 
 	# SIGTERM while working: the step in hand finishes, the item is released
 	id=$(enqueue "$q" '{"n": 7, "steps": 6, "step_seconds": 0.5}')
-	if wait_for 20 "SELECT (progress->>'step')::int >= 1 FROM queue.items WHERE queue_name = '$q' AND item_id = $id"; then
+	if wait_for 40 "SELECT (progress->>'step')::int >= 1 FROM queue.items WHERE queue_name = '$q' AND item_id = $id"; then
 		kill -TERM "$b1"
 		wait_exit 10 "$b1"
 		is "$lang: SIGTERM stops the bot with status 0" "$EXIT" 0
@@ -98,14 +100,14 @@ bot_cases() {
 			"$(sql "SELECT state || ' ' || attempt || ' ' || ((progress->>'step')::int >= 1) FROM queue.items WHERE queue_name = '$q' AND item_id = $id")" \
 			"queued 0 true"
 	else
-		notok "$lang: the bot checkpoints the long item" "$(tail -5 "$LOG/$w1.log")"
+		notok "$lang: the bot checkpoints the long item" "$(tail -5 "$LOG/$w1.log")" "$(item_state "$q" "$id")"
 	fi
 
 	# a crash: the bot restarted under its name gets the item back at once
 	# (register_worker restart) and resumes from the checkpoint
 	start_bot "$lang" "$q" "$w2" 1
 	b2=$BOT
-	if wait_for 20 "SELECT worker = '$w2' AND (progress->>'step')::int >= 2 FROM queue.items WHERE queue_name = '$q' AND item_id = $id"; then
+	if wait_for 40 "SELECT worker = '$w2' AND (progress->>'step')::int >= 2 FROM queue.items WHERE queue_name = '$q' AND item_id = $id"; then
 		kill -KILL "$b2"
 		wait "$b2" 2>/dev/null
 		start_bot "$lang" "$q" "$w2" 1
