@@ -68,6 +68,7 @@ DECLARE
     v_now timestamptz := now();
     v_prios int[];
     v_between bigint;
+    v_parked bigint;
 BEGIN
     SELECT p.paused INTO paused
       FROM queue.queue_config c CROSS JOIN LATERAL queue._pause_state(c) p
@@ -131,6 +132,23 @@ BEGIN
                                      'infinity', true, 'infinity', true)))
           INTO on_hold FROM unnest(v_prios) AS u(p);
     END IF;
+
+    -- group members waiting behind their head (45_flow.sql) are queued,
+    -- not scheduled: they are parked at one instant of the claim index
+    SELECT count(*) INTO v_parked FROM (
+        SELECT 1 FROM unnest(v_prios) AS u(p)
+         CROSS JOIN LATERAL (SELECT 1 FROM queue.item_live i
+                              WHERE i.queue_name = p_queue AND i.priority = u.p
+                                AND i.visible_at = queue._flow_parked()
+                              LIMIT v_limit) x
+         LIMIT v_limit) y;
+    IF v_parked >= v_limit THEN
+        SELECT greatest(v_limit, sum(queue._claim_range_estimate(p_queue, u.p,
+                                     queue._flow_parked(), true, queue._flow_parked(), true)))
+          INTO v_parked FROM unnest(v_prios) AS u(p);
+    END IF;
+    scheduled := greatest(scheduled - v_parked, 0);
+    queued := queued + v_parked;
 
     -- claimable the longest: the first claimable entry of each priority
     SELECT v_now - min(x.v) INTO oldest_queued_age

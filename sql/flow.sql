@@ -208,13 +208,28 @@ SELECT take('ft', 'unlabelled');
 INSERT INTO queue.worker_registry (worker, labels) VALUES ('bot-x', '{sap,excel,pdf}');
 SELECT take('ft', 'bot-x');
 
+-- case: items shows each item's keys and why a queued item waits; stats
+-- counts a group member waiting behind its head as queued
+SELECT queue.create_queue('fv');
+SELECT queue.set_limit('fv', 'cap1', max_in_flight => 1);
+SELECT queue.set_limit('fv', 'thr', rate => 1, per => '1 h');
+SELECT count(queue.enqueue('fv', jsonb_build_object('n', x.n), group_key => x.g, limit_key => x.l,
+                           requires => x.r)) AS enqueued
+  FROM (VALUES ('g1', 'G', NULL, NULL), ('g2', 'G', NULL, NULL), ('c1', NULL, 'cap1', NULL),
+               ('c2', NULL, 'cap1', NULL), ('t1', NULL, 'thr', NULL), ('t2', NULL, 'thr', NULL),
+               ('x1', NULL, NULL, ARRAY['nobody_has_this'])) AS x(n, g, l, r);
+SELECT take('fv', 'wv');
+SELECT payload->>'n' AS n, state, group_key, limit_key, requires, waiting, effective_priority
+  FROM queue.items WHERE queue_name = 'fv' ORDER BY item_id;
+SELECT queued, scheduled, processing, on_hold FROM queue.stats('fv');
+
 -- case: dropping a queue takes its groups and limits along
 SELECT count(*) FROM (SELECT queue.drop_queue(q, force => true)
                         FROM unnest(ARRAY['fg', 'fp', 'fr', 'fh', 'fd', 'fb', 'fx', 'fe', 'fl',
-                                          'fs', 'fq', 'fw', 'ft']) q) d;
+                                          'fs', 'fq', 'fw', 'ft', 'fv']) q) d;
 SELECT (SELECT count(*) FROM queue.flow_group) AS groups, (SELECT count(*) FROM queue.flow_limit) AS limits,
        (SELECT count(*) FROM queue.flow_claim) AS claims;
-DELETE FROM queue.worker_registry WHERE worker IN ('unlabelled', 'bot-x', 'w1', 'w2');
+DELETE FROM queue.worker_registry WHERE worker IN ('unlabelled', 'bot-x', 'w1', 'w2', 'wv');
 
 DROP FUNCTION take(text, text, int, interval);
 DROP FUNCTION finish(text, text, text);

@@ -349,6 +349,67 @@ END
 $$;
 COMMENT ON FUNCTION queue.unhold(text, bigint) IS 'Returns an on-hold item to the queue; false for other states';
 
+-- from schema/40_items.sql
+CREATE OR REPLACE FUNCTION queue._flow_waiting(p_queue text, p_group_wait boolean, p_limited boolean,
+                                    p_limit_key text, p_requires text[])
+RETURNS text LANGUAGE plpgsql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+DECLARE
+    l record;
+BEGIN
+    IF p_group_wait THEN
+        RETURN 'blocked_by_group';
+    END IF;
+    FOR l IN SELECT f.limit_key, f.max_in_flight, f.rate, f.per FROM queue.flow_limit f
+              WHERE f.queue_name = p_queue
+                AND ((p_limited AND f.limit_key = p_limit_key) OR f.limit_key = '')
+              ORDER BY f.limit_key DESC LOOP
+        IF l.max_in_flight IS NOT NULL
+           AND (SELECT count(*) FROM queue.item_live i
+                 WHERE i.queue_name = p_queue AND i.limit_key = l.limit_key
+                   AND i.worker IS NOT NULL AND i.lease_expires_at > now()) >= l.max_in_flight THEN
+            RETURN 'limit_full';
+        END IF;
+        IF l.rate IS NOT NULL
+           AND (SELECT count(*) FROM queue.flow_claim c
+                 WHERE c.queue_name = p_queue AND c.limit_key = l.limit_key
+                   AND c.at > clock_timestamp() - l.per) >= l.rate THEN
+            RETURN 'throttled';
+        END IF;
+    END LOOP;
+    IF p_requires IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM queue.worker_registry w
+                        WHERE p_requires <@ w.labels AND NOT w.draining
+                          AND w.last_seen > now() - make_interval(secs => queue._worker_offline_after())) THEN
+        RETURN 'no_capable_worker';
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION queue._flow_waiting(text, boolean, boolean, text, text[])
+    IS 'Why a queued item waits: blocked_by_group, limit_full, throttled, no_capable_worker, or NULL';
+
+-- from schema/40_items.sql
+CREATE OR REPLACE VIEW queue.items WITH (security_barrier) AS
+SELECT i.queue_name, i.item_id,
+       CASE WHEN i.group_wait AND NOT i.on_hold THEN 'queued'   -- in line behind its group's head
+            ELSE queue._live_state(i.on_hold, i.lease_token, i.lease_expires_at, i.visible_at)
+       END AS state,
+       i.base_priority AS priority, i.attempt, i.max_attempts, i.run_at, i.enqueued_at,
+       CASE WHEN i.lease_token IS NOT NULL THEN i.lease_expires_at END AS lease_expires_at,
+       i.worker, i.dedup_key, i.correlation_id, i.last_error, i.payload, i.progress,
+       i.priority % 100000 AS effective_priority, i.expires_at, i.error_code, i.hold_reason,
+       i.claimed_at, i.group_key, i.limit_key, i.requires,
+       CASE WHEN NOT i.on_hold
+                 AND (i.group_wait OR (i.visible_at <= now() AND i.lease_token IS NULL
+                                       AND (i.limit_key IS NOT NULL OR i.requires IS NOT NULL)))
+            THEN queue._flow_waiting(i.queue_name, i.group_wait, i.priority >= 100000,
+                                     i.limit_key, i.requires)
+       END AS waiting
+  FROM queue.item_live i
+ WHERE queue._can_read(i.queue_name);
+COMMENT ON VIEW queue.items IS 'Live items: queued, scheduled, processing or on hold';
+
 -- from schema/50_dead_letters.sql
 CREATE OR REPLACE FUNCTION queue.replay(queue_name text, item_id bigint, payload jsonb DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -427,3 +488,7 @@ REVOKE ALL ON queue.flow_group, queue.flow_limit, queue.flow_claim, queue.limits
 GRANT EXECUTE ON FUNCTION queue.set_limit(text, text, int, int, interval) TO queue_admin;
 GRANT EXECUTE ON FUNCTION queue.drop_limit(text, text) TO queue_admin;
 GRANT SELECT ON queue.limits TO queue_reader, queue_producer, queue_worker, queue_admin;
+-- the items view calls it as the reader
+REVOKE ALL ON FUNCTION queue._flow_waiting(text, boolean, boolean, text, text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue._flow_waiting(text, boolean, boolean, text, text[])
+   TO queue_reader, queue_producer, queue_worker, queue_admin;
