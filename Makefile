@@ -3,7 +3,8 @@
 #   make             build the extension and its tools
 #   make install     install them into the PostgreSQL found by $(PG_CONFIG)
 #   make test        install build dependencies, then run every test on
-#                    throw-away clusters (pg_regress, isolation, TAP, tools)
+#                    throw-away clusters (pg_regress, isolation, TAP, tools,
+#                    and the ecosystem: postgres_exporter, PgBouncer, bots)
 #   make demo        run the bot-fleet demo on a throw-away cluster
 #   make bench       run the benchmark suite (see test/bench/README.md)
 

@@ -31,12 +31,15 @@ LOG="$TMP/logs"
 mkdir -p "$LOG"
 PIDS=()
 
+# listening PORT : whether something accepts connections on 127.0.0.1:PORT
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
 # free_port: a port in the private range 59000-59999 nobody listens on
 free_port() {
 	local p
 	for _ in $(seq 1 100); do
 		p=$((59000 + RANDOM % 1000))
-		if ! ss -ltn 2>/dev/null | grep -q ":$p "; then
+		if ! listening "$p"; then
 			echo "$p"
 			return 0
 		fi
@@ -113,7 +116,7 @@ wait_for() {
 wait_port() {
 	local deadline=$((SECONDS + $1))
 	while [ $SECONDS -lt "$deadline" ]; do
-		ss -ltn 2>/dev/null | grep -q "127.0.0.1:$2 " && return 0
+		listening "$2" && return 0
 		sleep 0.1
 	done
 	return 1
