@@ -28,6 +28,17 @@
  * per transaction (notifications of several transactions may fold into
  * one when they go through the notifier).
  *
+ * The shared state (notifier slots, channel slots) is protected by one
+ * LWLock, since its users loop over the slots.  A slot freed by a
+ * notifier's exit may serve another database a moment later, so every
+ * slot carries a generation, bumped whenever it is taken or freed: a
+ * producer that reserved a notifier before its commit settles the
+ * reservation, and marks its channels, only if the generations it saw are
+ * still current.  A slot whose worker could not be registered is freed at
+ * once, and one whose worker never came up is taken over by the next
+ * database that needs a slot.  A producer's exit settles its reservation
+ * (a detach callback), as does the notifier's exit for its slot.
+ *
  * src/notify.c
  *
  *-------------------------------------------------------------------------
@@ -44,9 +55,9 @@
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lock.h"
+#include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
-#include "storage/spin.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
@@ -59,10 +70,13 @@
 #define NOTIFIER_IDLE_EXIT_MS	2000	/* under DROP DATABASE's 5 s wait */
 #define NOTIFIER_RESTART_MS		10000	/* retry a start that never came up */
 
+#define NOTIFY_TRANCHE			"queue notify"
+
 /* One notifier background worker, serving one database. */
 typedef struct NotifierSlot
 {
 	Oid			dbid;			/* InvalidOid: slot free */
+	uint64		generation;		/* bumped when the slot is taken or freed */
 	pid_t		pid;			/* 0 until the worker runs */
 	Latch	   *latch;			/* the worker's MyLatch, while it runs */
 	int			reserved;		/* producers between pre-commit and commit */
@@ -73,13 +87,15 @@ typedef struct NotifierSlot
 typedef struct ChannelSlot
 {
 	Oid			dbid;			/* InvalidOid: slot free */
+	uint64		generation;		/* bumped when the slot is taken or freed */
 	bool		pending;
 	char		name[QUEUE_NAME_MAXLEN + 1];
 } ChannelSlot;
 
 typedef struct NotifyShared
 {
-	slock_t		mutex;			/* protects everything below */
+	LWLock	   *lock;			/* protects everything below */
+	uint64		next_generation;	/* source of slot generations */
 	NotifierSlot notifiers[NOTIFY_MAX_NOTIFIERS];
 	ChannelSlot channels[NOTIFY_MAX_CHANNELS];
 } NotifyShared;
@@ -90,6 +106,7 @@ typedef struct LocalPending
 	char		name[QUEUE_NAME_MAXLEN + 1];
 	int			nestlevel;		/* subtransaction that added it */
 	int			channel;		/* ChannelSlot index once handed over */
+	uint64		channel_generation; /* ... and its generation then */
 } LocalPending;
 
 void		queue_notifier_main(Datum main_arg);
@@ -102,6 +119,7 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static LocalPending local_pending[NOTIFY_MAX_LOCAL];
 static int	local_count = 0;
 static int	local_notifier = -1;	/* NotifierSlot reserved at pre-commit */
+static uint64 local_generation = 0;	/* ... and its generation then */
 static bool callbacks_registered = false;
 
 static void
@@ -134,7 +152,8 @@ notify_lock_free(void)
 	return LockAcquire(&tag, AccessExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
 }
 
-static void
+/* Register the database's notifier; false if no worker slot is free. */
+static bool
 request_notifier_start(void)
 {
 	BackgroundWorker worker;
@@ -151,8 +170,47 @@ request_notifier_start(void)
 	worker.bgw_main_arg = ObjectIdGetDatum(MyDatabaseId);
 	worker.bgw_notify_pid = 0;
 
-	/* no free worker slot: notify directly until one is */
-	(void) RegisterDynamicBackgroundWorker(&worker, &handle);
+	return RegisterDynamicBackgroundWorker(&worker, &handle);
+}
+
+static uint64
+new_generation(void)
+{
+	return ++notify_shared->next_generation;
+}
+
+/* Free a notifier's slot and its database's channels; lock held. */
+static void
+notifier_release_locked(int slot)
+{
+	NotifierSlot *n = &notify_shared->notifiers[slot];
+
+	for (int c = 0; c < NOTIFY_MAX_CHANNELS; c++)
+	{
+		ChannelSlot *ch = &notify_shared->channels[c];
+
+		if (ch->dbid == n->dbid)
+		{
+			ch->dbid = InvalidOid;
+			ch->generation = new_generation();
+		}
+	}
+	n->dbid = InvalidOid;
+	n->generation = new_generation();
+	n->pid = 0;
+	n->latch = NULL;
+	n->reserved = 0;
+}
+
+/*
+ * A start that never came up (the worker failed before it ran, or its
+ * database went away): the slot may serve another database.
+ */
+static inline bool
+notifier_start_stale(const NotifierSlot *n, TimestampTz now)
+{
+	return n->dbid != InvalidOid && n->pid == 0 &&
+		TimestampDifferenceExceeds(n->requested, now, NOTIFIER_RESTART_MS);
 }
 
 /*
@@ -166,10 +224,12 @@ hand_over_to_notifier(void)
 	TimestampTz now = GetCurrentTimestamp();
 	int			notifier = -1;
 	int			free_notifier = -1;
-	bool		start = false;
+	int			stale_notifier = -1;
+	int			start = -1;
+	uint64		start_generation = 0;
 	bool		ok = true;
 
-	SpinLockAcquire(&notify_shared->mutex);
+	LWLockAcquire(notify_shared->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < NOTIFY_MAX_NOTIFIERS; i++)
 	{
 		NotifierSlot *n = &notify_shared->notifiers[i];
@@ -178,17 +238,27 @@ hand_over_to_notifier(void)
 			notifier = i;
 		else if (n->dbid == InvalidOid && free_notifier < 0)
 			free_notifier = i;
+		else if (notifier_start_stale(n, now) && stale_notifier < 0)
+			stale_notifier = i;
 	}
 	if (notifier < 0)
 	{
-		if (free_notifier >= 0)
+		int			slot = free_notifier >= 0 ? free_notifier : stale_notifier;
+
+		if (slot >= 0)
 		{
-			notify_shared->notifiers[free_notifier].dbid = MyDatabaseId;
-			notify_shared->notifiers[free_notifier].pid = 0;
-			notify_shared->notifiers[free_notifier].latch = NULL;
-			notify_shared->notifiers[free_notifier].reserved = 0;
-			notify_shared->notifiers[free_notifier].requested = now;
-			start = true;
+			NotifierSlot *n = &notify_shared->notifiers[slot];
+
+			if (n->dbid != InvalidOid)
+				notifier_release_locked(slot);	/* a start that never came up */
+			n->dbid = MyDatabaseId;
+			n->generation = new_generation();
+			n->pid = 0;
+			n->latch = NULL;
+			n->reserved = 0;
+			n->requested = now;
+			start = slot;
+			start_generation = n->generation;
 		}
 		ok = false;
 	}
@@ -199,7 +269,8 @@ hand_over_to_notifier(void)
 		if (TimestampDifferenceExceeds(n->requested, now, NOTIFIER_RESTART_MS))
 		{
 			n->requested = now;
-			start = true;
+			start = notifier;
+			start_generation = n->generation;
 		}
 		ok = false;
 	}
@@ -227,45 +298,82 @@ hand_over_to_notifier(void)
 			ChannelSlot *ch = &notify_shared->channels[free_slot];
 
 			ch->dbid = MyDatabaseId;
+			ch->generation = new_generation();
 			ch->pending = false;
 			strlcpy(ch->name, local_pending[i].name, sizeof(ch->name));
 			found = free_slot;
 		}
 		if (found < 0)
 			ok = false;
-		local_pending[i].channel = found;
+		else
+		{
+			local_pending[i].channel = found;
+			local_pending[i].channel_generation = notify_shared->channels[found].generation;
+		}
 	}
 	if (ok)
 	{
 		notify_shared->notifiers[notifier].reserved++;
 		local_notifier = notifier;
+		local_generation = notify_shared->notifiers[notifier].generation;
 	}
-	SpinLockRelease(&notify_shared->mutex);
+	LWLockRelease(notify_shared->lock);
 
-	if (start)
-		request_notifier_start();
+	/* no free worker slot: free ours, and notify directly until one is */
+	if (start >= 0 && !request_notifier_start())
+	{
+		LWLockAcquire(notify_shared->lock, LW_EXCLUSIVE);
+		if (notify_shared->notifiers[start].generation == start_generation &&
+			notify_shared->notifiers[start].pid == 0)
+			notifier_release_locked(start);
+		LWLockRelease(notify_shared->lock);
+	}
 	return ok;
 }
 
-/* After commit: mark the queues pending and wake the notifier. */
+/*
+ * After commit (or abort, or the producer's exit): settle the reservation,
+ * and after a commit mark the queues pending and wake the notifier.  A
+ * slot whose generation changed meanwhile serves someone else now: its
+ * notifier exited, and with it the notifications owed (polls cover them).
+ */
 static void
 release_to_notifier(bool committed)
 {
 	Latch	   *latch = NULL;
 
-	SpinLockAcquire(&notify_shared->mutex);
-	if (committed)
-		for (int i = 0; i < local_count; i++)
-			notify_shared->channels[local_pending[i].channel].pending = true;
-	notify_shared->notifiers[local_notifier].reserved--;
-	if (committed)
-		latch = notify_shared->notifiers[local_notifier].latch;
-	SpinLockRelease(&notify_shared->mutex);
+	LWLockAcquire(notify_shared->lock, LW_EXCLUSIVE);
+	if (notify_shared->notifiers[local_notifier].generation == local_generation)
+	{
+		NotifierSlot *n = &notify_shared->notifiers[local_notifier];
+
+		n->reserved--;
+		if (committed)
+		{
+			for (int i = 0; i < local_count; i++)
+			{
+				ChannelSlot *ch = &notify_shared->channels[local_pending[i].channel];
+
+				if (ch->generation == local_pending[i].channel_generation)
+					ch->pending = true;
+			}
+			latch = n->latch;
+		}
+	}
+	LWLockRelease(notify_shared->lock);
 
 	if (latch)
 		SetLatch(latch);
 	local_notifier = -1;
 	local_count = 0;
+}
+
+/* A producer's exit between pre-commit and commit settles its reservation. */
+static void
+producer_detach(int code, Datum arg)
+{
+	if (local_notifier >= 0)
+		release_to_notifier(false);
 }
 
 static void
@@ -353,26 +461,13 @@ queue_notify_on_commit(const char *queue_name)
 	{
 		RegisterXactCallback(notify_xact_callback, NULL);
 		RegisterSubXactCallback(notify_subxact_callback, NULL);
+		before_shmem_exit(producer_detach, (Datum) 0);
 		callbacks_registered = true;
 	}
 	strlcpy(local_pending[local_count].name, queue_name, sizeof(local_pending[0].name));
 	local_pending[local_count].nestlevel = level;
 	local_pending[local_count].channel = -1;
 	local_count++;
-}
-
-/* Free a notifier's slot and its database's channels; mutex held. */
-static void
-notifier_release_locked(int slot)
-{
-	NotifierSlot *n = &notify_shared->notifiers[slot];
-
-	for (int c = 0; c < NOTIFY_MAX_CHANNELS; c++)
-		if (notify_shared->channels[c].dbid == n->dbid)
-			notify_shared->channels[c].dbid = InvalidOid;
-	n->dbid = InvalidOid;
-	n->pid = 0;
-	n->latch = NULL;
 }
 
 /*
@@ -385,10 +480,10 @@ notifier_detach(int code, Datum arg)
 {
 	int			slot = DatumGetInt32(arg);
 
-	SpinLockAcquire(&notify_shared->mutex);
+	LWLockAcquire(notify_shared->lock, LW_EXCLUSIVE);
 	if (notify_shared->notifiers[slot].pid == MyProcPid)
 		notifier_release_locked(slot);
-	SpinLockRelease(&notify_shared->mutex);
+	LWLockRelease(notify_shared->lock);
 }
 
 /*
@@ -411,7 +506,7 @@ queue_notifier_main(Datum main_arg)
 	if (notify_shared == NULL)
 		proc_exit(0);
 
-	SpinLockAcquire(&notify_shared->mutex);
+	LWLockAcquire(notify_shared->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < NOTIFY_MAX_NOTIFIERS; i++)
 		if (notify_shared->notifiers[i].dbid == dbid &&
 			notify_shared->notifiers[i].pid == 0)
@@ -421,7 +516,7 @@ queue_notifier_main(Datum main_arg)
 			notify_shared->notifiers[i].latch = MyLatch;
 			break;
 		}
-	SpinLockRelease(&notify_shared->mutex);
+	LWLockRelease(notify_shared->lock);
 	if (slot < 0)
 		proc_exit(0);			/* another notifier already serves it */
 
@@ -445,7 +540,7 @@ queue_notifier_main(Datum main_arg)
 			ProcessConfigFile(PGC_SIGHUP);
 		}
 
-		SpinLockAcquire(&notify_shared->mutex);
+		LWLockAcquire(notify_shared->lock, LW_EXCLUSIVE);
 		for (int c = 0; c < NOTIFY_MAX_CHANNELS; c++)
 		{
 			ChannelSlot *ch = &notify_shared->channels[c];
@@ -464,7 +559,7 @@ queue_notifier_main(Datum main_arg)
 			notifier_release_locked(slot);
 			idle_exit = true;
 		}
-		SpinLockRelease(&notify_shared->mutex);
+		LWLockRelease(notify_shared->lock);
 
 		if (idle_exit)
 			proc_exit(0);
@@ -493,6 +588,7 @@ notify_shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(MAXALIGN(sizeof(NotifyShared)));
+	RequestNamedLWLockTranche(NOTIFY_TRANCHE, 1);
 }
 
 static void
@@ -508,7 +604,7 @@ notify_shmem_startup(void)
 	if (!found)
 	{
 		memset(notify_shared, 0, sizeof(NotifyShared));
-		SpinLockInit(&notify_shared->mutex);
+		notify_shared->lock = &(GetNamedLWLockTranche(NOTIFY_TRANCHE))->lock;
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
