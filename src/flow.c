@@ -105,8 +105,7 @@ run_count_min(SPIPlanPtr plan, Datum *values, TimestampTz *min, bool *has_min)
 	Datum		d;
 	int64		n;
 
-	if (SPI_execute_plan(plan, values, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "queue: flow count query failed");
+	queue_spi_exec_one(plan, values, NULL, false, 1, SPI_OK_SELECT, "flow count query");
 	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
 	*has_min = !isnull;
@@ -188,9 +187,8 @@ flow_open_lanes(Datum qname, int max, FlowLane **lanes)
 
 	v[0] = qname;
 	v[1] = Int32GetDatum(max);
-	if (SPI_execute_plan(queue_prepare_cached(&lanes_plan, LANES_SQL, 2, t),
-						 v, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "queue: locking limit keys failed");
+	queue_spi_exec(queue_prepare_cached(&lanes_plan, LANES_SQL, 2, t),
+				   v, NULL, false, 0, SPI_OK_SELECT, "locking limit keys");
 	tuptable = SPI_tuptable;
 	n = (int) SPI_processed;
 	*lanes = (FlowLane *) SPI_palloc(sizeof(FlowLane) * Max(n, 1));
@@ -214,9 +212,8 @@ flow_queue_rate_room(Datum qname, FlowLane *lane)
 {
 	Oid			t[1] = {TEXTOID};
 
-	if (SPI_execute_plan(queue_prepare_cached(&queue_rate_plan, QUEUE_RATE_SQL, 1, t),
-						 &qname, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "queue: locking the queue rate failed");
+	queue_spi_exec(queue_prepare_cached(&queue_rate_plan, QUEUE_RATE_SQL, 1, t),
+				   &qname, NULL, false, 0, SPI_OK_SELECT, "locking the queue rate");
 	if (SPI_processed == 0)
 		return false;
 	lane_from_row(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, lane);
@@ -246,9 +243,8 @@ flow_close_lane(Datum qname, FlowLane *lane, int64 asked, int nids, Datum *ids)
 		v[3] = PointerGetDatum(construct_array(ids, nids, INT8OID, 8,
 											   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 		v[4] = IntervalPGetDatum(&lane->per);
-		if (SPI_execute_plan(queue_prepare_cached(&log_plan, LOG_SQL, 5, t),
-							 v, NULL, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "queue: recording rate claims failed");
+		queue_spi_exec(queue_prepare_cached(&log_plan, LOG_SQL, 5, t),
+					   v, NULL, false, 0, SPI_OK_INSERT, "recording rate claims");
 	}
 	if (VARSIZE_ANY_EXHDR(DatumGetTextPP(lane->key)) == 0)
 		return;					/* the queue-wide rate has no ready_at */
@@ -274,9 +270,8 @@ flow_close_lane(Datum qname, FlowLane *lane, int64 asked, int nids, Datum *ids)
 		bool		isnull;
 		Datum		d;
 
-		if (SPI_execute_plan(queue_prepare_cached(&next_due_plan, NEXT_DUE_SQL, 2, t),
-							 v, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-			elog(ERROR, "queue: finding a key's next item failed");
+		queue_spi_exec_one(queue_prepare_cached(&next_due_plan, NEXT_DUE_SQL, 2, t),
+						   v, NULL, false, 1, SPI_OK_SELECT, "finding a key's next item");
 		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		due = isnull ? DT_NOEND : DatumGetTimestampTz(d);
 		ready = due;
@@ -300,9 +295,8 @@ flow_close_lane(Datum qname, FlowLane *lane, int64 asked, int nids, Datum *ids)
 		v[0] = qname;
 		v[1] = lane->key;
 		v[2] = TimestampTzGetDatum(ready);
-		if (SPI_execute_plan(queue_prepare_cached(&ready_plan, READY_SQL, 3, t),
-							 v, NULL, false, 0) != SPI_OK_UPDATE)
-			elog(ERROR, "queue: updating a key's ready time failed");
+		queue_spi_exec(queue_prepare_cached(&ready_plan, READY_SQL, 3, t),
+					   v, NULL, false, 0, SPI_OK_UPDATE, "updating a key's ready time");
 	}
 }
 
