@@ -1,0 +1,68 @@
+-- Lost leases as outcomes: an expired lease counts once as a failed
+-- outcome as soon as sweep or a dequeue meets it; the item stays claimable.
+\set VERBOSITY terse
+
+-- case: four expired leases, sweep: failed_1h counts them, the breaker
+-- (min_samples 4) trips, the items stay claimable with one error entry each
+SELECT queue.create_queue('l_lost', breaker_threshold => 0.5, breaker_min_samples => 4,
+                          max_attempts => 5);
+SELECT count(*) FROM queue.enqueue_batch('l_lost', array_fill('{}'::jsonb, ARRAY[4]));
+CREATE TEMP TABLE l_held AS
+SELECT item_id, lease_token FROM queue.dequeue('l_lost', 'w-gone', batch_size => 4, lease_timeout => '10 ms');
+SELECT pg_sleep(0.05);
+SELECT count(*) FROM queue.sweep() WHERE queue_name = 'l_lost';
+SELECT failed_1h, queued, processing FROM queue.stats('l_lost');
+SELECT paused, paused_by, breaker_state FROM queue.queues WHERE queue_name = 'l_lost';
+SELECT status FROM queue.health('l_lost');
+SELECT it.state, it.attempt, it.last_error, jsonb_array_length(i.errors) AS entries
+  FROM queue.items it JOIN queue.item_live i USING (queue_name, item_id)
+ WHERE it.queue_name = 'l_lost' ORDER BY it.item_id;
+SELECT kind, count(*) FROM queue.events WHERE queue_name = 'l_lost' AND item_id IS NOT NULL GROUP BY 1 ORDER BY 1;
+
+-- case: meeting it again counts nothing more: a second sweep, then the
+-- re-claims by dequeue
+SELECT count(*) FROM queue.sweep() WHERE queue_name = 'l_lost';
+SELECT failed_1h FROM queue.stats('l_lost');
+-- a late complete by the holder still succeeds while nobody re-claimed it
+SELECT queue.complete('l_lost', item_id, lease_token) AS late_complete
+  FROM l_held ORDER BY item_id LIMIT 1;
+SELECT queue.resume('l_lost');
+SELECT attempt FROM queue.dequeue('l_lost', 'w-new', batch_size => 4) ORDER BY item_id;
+SELECT failed_1h FROM queue.stats('l_lost');
+SELECT count(*) AS entries FROM queue.item_live i, jsonb_array_elements(i.errors)
+ WHERE i.queue_name = 'l_lost';
+SELECT count(*) AS failure_rows FROM queue.failure_log WHERE queue_name = 'l_lost';
+
+-- case: a lease met first by dequeue counts once too, and not again by sweep
+SELECT queue.create_queue('l_deq', max_attempts => 5);
+SELECT queue.enqueue('l_deq', '{}') > 0 AS enqueued;
+SELECT count(*) FROM queue.dequeue('l_deq', 'w-gone', lease_timeout => '10 ms');
+SELECT pg_sleep(0.05);
+SELECT attempt FROM queue.dequeue('l_deq', 'w-new', lease_timeout => '10 ms');
+SELECT pg_sleep(0.05);
+SELECT count(*) FROM queue.sweep() WHERE queue_name = 'l_deq';
+SELECT attempt FROM queue.dequeue('l_deq', 'w-new');
+SELECT failed_1h FROM queue.stats('l_deq');
+SELECT e->>'attempt' AS attempt, e->>'error_code' AS code FROM queue.item_live i, jsonb_array_elements(i.errors) e
+ WHERE i.queue_name = 'l_deq';
+
+-- case: a spent lease counted by sweep becomes a dead letter without a second count
+SELECT queue.create_queue('l_spent', max_attempts => 1);
+SELECT queue.enqueue('l_spent', '{}') > 0 AS enqueued;
+SELECT count(*) FROM queue.dequeue('l_spent', 'w-gone', lease_timeout => '10 ms');
+SELECT pg_sleep(0.05);
+SELECT dead_lettered FROM queue.sweep() WHERE queue_name = 'l_spent';
+SELECT failed_1h FROM queue.stats('l_spent');
+SELECT reason, jsonb_array_length(errors) AS entries FROM queue.dead_letters WHERE queue_name = 'l_spent';
+
+-- case: a lease ended by offline recovery counts for the breaker and
+-- health the way it counts in failed_1h
+SELECT queue.create_queue('l_off', breaker_threshold => 0.5, breaker_min_samples => 2);
+SELECT count(*) FROM queue.enqueue_batch('l_off', array_fill('{}'::jsonb, ARRAY[2]));
+SELECT count(*) FROM queue.dequeue('l_off', 'w-off', batch_size => 2);
+UPDATE queue.worker_registry SET last_seen = now() - interval '1 h' WHERE worker = 'w-off';
+SELECT recovered FROM queue.sweep() WHERE queue_name = 'l_off';
+SELECT failed_1h FROM queue.stats('l_off');
+SELECT breaker_state FROM queue.queues WHERE queue_name = 'l_off';
+
+SELECT queue.drop_queue(q, force => true) FROM unnest('{l_lost,l_deq,l_spent,l_off}'::text[]) q;
