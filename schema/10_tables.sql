@@ -98,6 +98,8 @@ CREATE TABLE queue.item_live (
     group_wait       boolean     NOT NULL DEFAULT false,   -- parked behind the group's head
     limit_key        text,
     requires         text[],                 -- labels a worker needs to be handed it
+    -- this (expired) lease was counted as a lost lease already (sweep)
+    lost_counted     boolean     NOT NULL DEFAULT false,
     PRIMARY KEY (queue_name, item_id)
 ) WITH (fillfactor = 90);
 

@@ -218,8 +218,9 @@ BEGIN
             'error', p_error, 'error_code', p_error_code));
         r.last_error := p_error;
         r.error_code := p_error_code;
-    ELSIF p_reason = 'lease_expired' THEN
-        -- a lease that ran out, or one ended early (p_error says why)
+    ELSIF p_reason = 'lease_expired' AND NOT (p_error IS NULL AND r.lost_counted) THEN
+        -- a lease that ran out (unless sweep counted it already), or one
+        -- ended early (p_error says why)
         r.last_error := coalesce(p_error, 'lease expired');
         r.error_code := coalesce(p_error_code, 'lease_expired');
         r.errors := r.errors || jsonb_build_array(queue._record_failure(
@@ -271,10 +272,8 @@ BEGIN
           FROM queue.item_live i
          WHERE i.queue_name = p_queue AND i.item_id = ANY (p_item_ids)
     LOOP
-        INSERT INTO queue.failure_log (queue_name, item_id, attempt, worker, kind, error_code, error)
-        VALUES (p_queue, r.item_id, r.attempt, r.worker, 'lease_expired', 'lease_expired', 'lease expired');
-        PERFORM queue._event(p_queue, r.item_id, 'failed', r.worker, r.attempt,
-                             jsonb_build_object('error', 'lease expired', 'error_code', 'lease_expired'));
+        PERFORM queue._record_failure(p_queue, r.item_id, r.attempt, r.worker, 'lease_expired',
+                                      'lease expired', 'lease_expired');
         PERFORM queue._event(p_queue, r.item_id, 'recovered', r.worker, r.attempt,
                              jsonb_build_object('reason', 'lease_expired'));
     END LOOP;
@@ -282,6 +281,29 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION queue._leases_lost(text, bigint[]) IS 'Records re-claimed expired leases as failed attempts';
+
+-- Lost leases as outcomes: an expired lease nobody re-claimed yet counts
+-- once as a failed attempt when sweep meets it (dequeue counts the ones it
+-- re-claims itself, _leases_lost).  The lease stays as it is: the item is
+-- claimable, and a late complete by its holder still succeeds while nobody
+-- else claimed it.  Returns whether it was counted now.
+CREATE FUNCTION queue._lease_lost(p_queue text, p_item_id bigint)
+RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+BEGIN
+    UPDATE queue.item_live i
+       SET lost_counted = true, last_error = 'lease expired', error_code = 'lease_expired',
+           errors = i.errors || jsonb_build_array(queue._record_failure(
+               p_queue, i.item_id, i.attempt, i.worker, 'lease_expired', 'lease expired',
+               'lease_expired', i.lease_expires_at))
+     WHERE i.queue_name = p_queue AND i.item_id = p_item_id
+       AND i.lease_token IS NOT NULL AND i.lease_expires_at <= statement_timestamp()
+       AND NOT i.lost_counted;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION queue._lease_lost(text, bigint) IS 'Counts an expired lease nobody re-claimed as a failed attempt, once';
 
 -- End an item's current lease early as a lost lease (offline recovery, a
 -- restart): the attempt counts, with p_error; the item is claimable at

@@ -341,6 +341,20 @@ BEGIN
     -- Offline workers: their leases are released at once (orphan recovery).
     recovered := coalesce(queue._recover_offline(p_queue), 0);
 
+    -- Lost leases count once as failed outcomes (failed_1h, health, the
+    -- breaker below) as soon as sweep meets them; the items stay claimable.
+    FOR v_id IN
+        SELECT i.item_id FROM queue.item_live i
+         WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
+           AND i.lease_token IS NOT NULL AND i.lease_expires_at <= v_now
+           AND i.attempt < i.max_attempts AND NOT i.lost_counted
+         ORDER BY i.item_id
+         LIMIT v_batch
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        PERFORM queue._lease_lost(p_queue, v_id);
+    END LOOP;
+
     -- Lost leases on the last attempt become dead letters.  Leased rows
     -- keep worker set until they are claimed again: the worker index
     -- finds them without reading the backlog.

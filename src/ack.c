@@ -160,7 +160,8 @@ static SPIPlanPtr checkpoint_plan = NULL;
 /* Extending or checkpointing a lease binds it to the calling connection
  * (src/worker.c); the column is absent before 0.2.0's update. */
 #define LEASE_SESSION ", lease_session = queue._session_key() "
-#define EXTEND_SQL EXTEND_SQL_WITH(LEASE_SESSION)
+/* a revived lease that sweep counted as lost may be lost (and counted) again */
+#define EXTEND_SQL EXTEND_SQL_WITH(LEASE_SESSION ", lost_counted = false ")
 #define EXTEND_SQL_V1 EXTEND_SQL_WITH("")
 #define CHECKPOINT_SQL CHECKPOINT_SQL_WITH(LEASE_SESSION)
 #define CHECKPOINT_SQL_V1 CHECKPOINT_SQL_WITH("")

@@ -112,10 +112,10 @@ static SPIPlanPtr lost_plan = NULL;
 static SPIPlanPtr claimed_event_plan = NULL;
 static SPIPlanPtr lane_claim_plan = NULL;
 
-#define CLAIM_SQL_WITH(start, session) \
+#define CLAIM_SQL_WITH(start, lost, extra_set) \
 	"WITH cand AS MATERIALIZED (" \
 	"  SELECT i.item_id, i.priority AS prio, i.visible_at AS since, " \
-	"         i.lease_token IS NOT NULL AS lost, " \
+	"         " lost " AS lost, " \
 	"         (i.expires_at IS NOT NULL AND i.expires_at" OP("<=") "pg_catalog.now()) AS expired, " \
 	"         (i.lease_token IS NOT NULL AND i.attempt" OP(">=") "i.max_attempts) AS spent " \
 	"    FROM queue.item_live i " \
@@ -130,16 +130,16 @@ static SPIPlanPtr lane_claim_plan = NULL;
 	"     SET attempt = i.attempt" OP("+") "1, " \
 	"         lease_token = pg_catalog.nextval('queue.lease_token_seq'::pg_catalog.regclass), " \
 	"         worker = $3, claimed_at = pg_catalog.now(), cap_stripe = $5, " \
-	session \
+	extra_set \
 	"         lease_expires_at = pg_catalog.now()" OP("+") "$4, " \
 	"         visible_at = pg_catalog.now()" OP("+") "$4, " \
-	"         errors = CASE WHEN i.lease_token IS NOT NULL " \
+	"         errors = CASE WHEN " lost " " \
 	"                  THEN i.errors" OP("||") "pg_catalog.jsonb_build_array(" \
 	"                    pg_catalog.jsonb_build_object('attempt', i.attempt, 'at', i.lease_expires_at, " \
 	"                      'worker', i.worker, 'error', 'lease expired', 'error_code', 'lease_expired')) " \
 	"                  ELSE i.errors END, " \
-	"         last_error = CASE WHEN i.lease_token IS NOT NULL THEN 'lease expired' ELSE i.last_error END, " \
-	"         error_code = CASE WHEN i.lease_token IS NOT NULL THEN 'lease_expired' ELSE i.error_code END " \
+	"         last_error = CASE WHEN " lost " THEN 'lease expired' ELSE i.last_error END, " \
+	"         error_code = CASE WHEN " lost " THEN 'lease_expired' ELSE i.error_code END " \
 	"   WHERE i.queue_name" OP("=") "$1 " \
 	"     AND i.item_id" OP("=") "ANY (ARRAY(SELECT c.item_id FROM cand c " \
 	"                                      WHERE NOT c.expired AND NOT c.spent)) " \
@@ -163,20 +163,27 @@ static SPIPlanPtr lane_claim_plan = NULL;
 	"     AND (i.requires IS NULL OR i.requires" OP("<@") \
 	"          (SELECT w.labels FROM queue.worker_registry w WHERE w.worker" OP("=") "$3)) "
 #define UNLIMITED "     AND i.priority" OP("<") FLOW_BAND " "
-/* The connection that claimed (src/worker.c); absent before 0.2.0's update. */
-#define CLAIM_SESSION "         lease_session = queue._session_key(), "
-#define CLAIM_SQL CLAIM_SQL_WITH(UNLIMITED ROUTED, CLAIM_SESSION)
-#define CLAIM_SQL_V1 CLAIM_SQL_WITH("", "")
+/*
+ * A re-claimed expired lease is a lost lease of its previous holder, to be
+ * recorded as a failed attempt, unless sweep already counted it
+ * (lost_counted).  The claim records its connection (src/worker.c).  Both
+ * columns are absent before 0.2.0's update (the _V1 statements).
+ */
+#define CLAIM_LOST "(i.lease_token IS NOT NULL AND NOT i.lost_counted)"
+#define CLAIM_LOST_V1 "(i.lease_token IS NOT NULL)"
+#define CLAIM_SET "         lease_session = queue._session_key(), lost_counted = false, "
+#define CLAIM_SQL CLAIM_SQL_WITH(UNLIMITED ROUTED, CLAIM_LOST, CLAIM_SET)
+#define CLAIM_SQL_V1 CLAIM_SQL_WITH("", CLAIM_LOST_V1, "")
 
 /* From where this backend last found claimable rows (see claim hints). */
 #define CLAIM_HINT_START "     AND ROW(i.priority, i.visible_at)" OP(">=") "ROW($6, $7) "
-#define HINTED_CLAIM_SQL CLAIM_SQL_WITH(UNLIMITED CLAIM_HINT_START ROUTED, CLAIM_SESSION)
-#define HINTED_CLAIM_SQL_V1 CLAIM_SQL_WITH(CLAIM_HINT_START, "")
+#define HINTED_CLAIM_SQL CLAIM_SQL_WITH(UNLIMITED CLAIM_HINT_START ROUTED, CLAIM_LOST, CLAIM_SET)
+#define HINTED_CLAIM_SQL_V1 CLAIM_SQL_WITH(CLAIM_HINT_START, CLAIM_LOST_V1, "")
 
 /* One limited key's items (item_live_limit_claim_idx); 0.2.0 only. */
 #define LANE_CLAIM_SQL \
 	CLAIM_SQL_WITH("     AND i.limit_key" OP("=") "$6 AND i.priority" OP(">=") FLOW_BAND " " ROUTED, \
-				   CLAIM_SESSION)
+				   CLAIM_LOST, CLAIM_SET)
 
 /* Most limited keys one dequeue locks and claims from. */
 #define FLOW_MAX_LANES 64

@@ -63,8 +63,9 @@ BEGIN
             'error', p_error, 'error_code', p_error_code));
         r.last_error := p_error;
         r.error_code := p_error_code;
-    ELSIF p_reason = 'lease_expired' THEN
-        -- a lease that ran out, or one ended early (p_error says why)
+    ELSIF p_reason = 'lease_expired' AND NOT (p_error IS NULL AND r.lost_counted) THEN
+        -- a lease that ran out (unless sweep counted it already), or one
+        -- ended early (p_error says why)
         r.last_error := coalesce(p_error, 'lease expired');
         r.error_code := coalesce(p_error_code, 'lease_expired');
         r.errors := r.errors || jsonb_build_array(queue._record_failure(
@@ -191,7 +192,7 @@ BEGIN
         END IF;
         UPDATE queue.item_live i
            SET lease_expires_at = now() + q.lease_timeout,
-               visible_at = now() + q.lease_timeout
+               visible_at = now() + q.lease_timeout, lost_counted = false
          WHERE i.queue_name = q.queue_name AND i.worker = v_worker
            AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0;
         GET DIAGNOSTICS v_n = ROW_COUNT;

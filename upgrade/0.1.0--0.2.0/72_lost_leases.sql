@@ -1,0 +1,259 @@
+-- Lost leases as outcomes: sweep counts an expired lease once as a failed
+-- attempt (lost_counted), dequeue counts the ones it re-claims unless sweep
+-- did.  After 70_sweep.sql, which also defines _sweep_queue.
+
+ALTER TABLE queue.item_live ADD COLUMN IF NOT EXISTS lost_counted boolean NOT NULL DEFAULT false;
+
+CREATE OR REPLACE FUNCTION queue._leases_lost(p_queue text, p_item_ids bigint[])
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT i.item_id, i.attempt - 1 AS attempt, i.errors -> -1 ->> 'worker' AS worker
+          FROM queue.item_live i
+         WHERE i.queue_name = p_queue AND i.item_id = ANY (p_item_ids)
+    LOOP
+        PERFORM queue._record_failure(p_queue, r.item_id, r.attempt, r.worker, 'lease_expired',
+                                      'lease expired', 'lease_expired');
+        PERFORM queue._event(p_queue, r.item_id, 'recovered', r.worker, r.attempt,
+                             jsonb_build_object('reason', 'lease_expired'));
+    END LOOP;
+    PERFORM queue._breaker_check(p_queue);
+END
+$$;
+COMMENT ON FUNCTION queue._leases_lost(text, bigint[]) IS 'Records re-claimed expired leases as failed attempts';
+
+CREATE OR REPLACE FUNCTION queue._lease_lost(p_queue text, p_item_id bigint)
+RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+BEGIN
+    UPDATE queue.item_live i
+       SET lost_counted = true, last_error = 'lease expired', error_code = 'lease_expired',
+           errors = i.errors || jsonb_build_array(queue._record_failure(
+               p_queue, i.item_id, i.attempt, i.worker, 'lease_expired', 'lease expired',
+               'lease_expired', i.lease_expires_at))
+     WHERE i.queue_name = p_queue AND i.item_id = p_item_id
+       AND i.lease_token IS NOT NULL AND i.lease_expires_at <= statement_timestamp()
+       AND NOT i.lost_counted;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION queue._lease_lost(text, bigint) IS 'Counts an expired lease nobody re-claimed as a failed attempt, once';
+
+CREATE OR REPLACE FUNCTION queue._sweep_queue(p_queue text,
+                                   OUT swept boolean, OUT recovered bigint,
+                                   OUT dead_lettered bigint, OUT expired bigint,
+                                   OUT aged bigint, OUT purged bigint)
+RETURNS record LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    c queue.queue_config;
+    v_batch int := queue._sweep_batch();
+    v_now timestamptz := now();
+    v_id bigint;
+    v_n bigint;
+    v_aging float8;
+    v_keep_failures interval;
+    v_oldest_kept timestamptz;
+BEGIN
+    swept := false;
+    recovered := 0;
+    dead_lettered := 0;
+    expired := 0;
+    aged := 0;
+    purged := 0;
+    IF NOT pg_try_advisory_xact_lock(hashtext(p_queue), queue._sweep_lock_key()) THEN
+        RETURN;
+    END IF;
+    -- the queue stays until this transaction ends (drop_queue waits)
+    PERFORM queue._lock_queue(p_queue, false);
+    SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    swept := true;
+
+    -- Offline workers: their leases are released at once (orphan recovery).
+    recovered := coalesce(queue._recover_offline(p_queue), 0);
+
+    -- Lost leases count once as failed outcomes (failed_1h, health, the
+    -- breaker below) as soon as sweep meets them; the items stay claimable.
+    FOR v_id IN
+        SELECT i.item_id FROM queue.item_live i
+         WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
+           AND i.lease_token IS NOT NULL AND i.lease_expires_at <= v_now
+           AND i.attempt < i.max_attempts AND NOT i.lost_counted
+         ORDER BY i.item_id
+         LIMIT v_batch
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        PERFORM queue._lease_lost(p_queue, v_id);
+    END LOOP;
+
+    -- Lost leases on the last attempt become dead letters.  Leased rows
+    -- keep worker set until they are claimed again: the worker index
+    -- finds them without reading the backlog.
+    FOR v_id IN
+        SELECT i.item_id FROM queue.item_live i
+         WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
+           AND i.lease_token IS NOT NULL AND i.lease_expires_at <= v_now
+           AND i.attempt >= i.max_attempts AND NOT i.on_hold
+         ORDER BY i.item_id
+         LIMIT v_batch
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        PERFORM queue._bury(p_queue, v_id, 'lease_expired', NULL, NULL);
+        dead_lettered := dead_lettered + 1;
+    END LOOP;
+
+    -- Expiry: every item past expires_at that is not under a current lease
+    -- (queued, scheduled or on hold); a processing item finishes first.
+    FOR v_id IN
+        SELECT i.item_id FROM queue.item_live i
+         WHERE i.queue_name = p_queue AND i.expires_at IS NOT NULL
+           AND i.expires_at <= v_now
+           AND NOT (i.lease_token IS NOT NULL AND i.lease_expires_at > v_now)
+         ORDER BY i.expires_at, i.item_id
+         LIMIT v_batch
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        PERFORM queue._bury(p_queue, v_id, 'expired', NULL, NULL);
+        expired := expired + 1;
+    END LOOP;
+
+    -- Priority aging: effective = greatest(0, base - floor(waited / aging)),
+    -- waited from when the item became claimable (visible_at of a claimable
+    -- row: run_at, the backoff's end, an unhold or a lease's expiry).  Only
+    -- rows that waited at least one step can change.
+    IF c.priority_aging IS NOT NULL THEN
+        v_aging := extract(epoch FROM c.priority_aging);
+        WITH cand AS (
+            SELECT i.item_id,
+                   greatest(0, i.base_priority
+                               - floor(extract(epoch FROM v_now - greatest(i.enqueued_at, i.visible_at))
+                                       / v_aging))::int AS np
+              FROM queue.item_live i
+             WHERE i.queue_name = p_queue
+               AND i.visible_at <= v_now - c.priority_aging
+               AND NOT i.on_hold
+               AND i.priority <> greatest(0, i.base_priority
+                               - floor(extract(epoch FROM v_now - greatest(i.enqueued_at, i.visible_at))
+                                       / v_aging))::int
+             ORDER BY i.item_id
+             LIMIT v_batch
+               FOR UPDATE SKIP LOCKED),
+        upd AS (
+            UPDATE queue.item_live i SET priority = cand.np
+              FROM cand
+             WHERE i.queue_name = p_queue AND i.item_id = cand.item_id
+            RETURNING 1)
+        SELECT count(*) INTO aged FROM upd;
+    END IF;
+
+    -- Retention.  Processed history:
+    WITH d AS (
+        DELETE FROM queue.item_done d
+         WHERE d.queue_name = p_queue
+           AND d.item_id = ANY (ARRAY(SELECT x.item_id FROM queue.item_done x
+                              WHERE x.queue_name = p_queue
+                                AND x.completed_at < v_now - c.retention
+                              LIMIT v_batch))
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    purged := purged + v_n;
+
+    -- resolved or rejected dead letters, kept for retention after review:
+    WITH d AS (
+        DELETE FROM queue.dead_letters d
+         WHERE d.queue_name = p_queue
+           AND d.item_id = ANY (ARRAY(SELECT x.item_id FROM queue.dead_letters x
+                              WHERE x.queue_name = p_queue
+                                AND x.review_status IN ('resolved', 'rejected')
+                                AND coalesce(x.reviewed_at, x.dead_at) < v_now - c.retention
+                              LIMIT v_batch))
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    purged := purged + v_n;
+
+    -- events:
+    WITH d AS (
+        DELETE FROM queue.events e
+         WHERE e.queue_name = p_queue
+           AND e.event_id = ANY (ARRAY(SELECT x.event_id FROM queue.events x
+                               WHERE x.queue_name = p_queue AND x.at < v_now - c.retention
+                               LIMIT v_batch))
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    purged := purged + v_n;
+
+    -- failed attempts, kept at least for the breaker window and the hour
+    -- that stats() and health() look at:
+    v_keep_failures := greatest(c.retention, c.breaker_window, interval '1 hour');
+    WITH d AS (
+        DELETE FROM queue.failure_log f
+         WHERE f.queue_name = p_queue
+           AND f.failure_id = ANY (ARRAY(SELECT x.failure_id FROM queue.failure_log x
+                                 WHERE x.queue_name = p_queue
+                                   AND x.at < v_now - v_keep_failures
+                                 LIMIT v_batch))
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    purged := purged + v_n;
+
+    -- dedup keys of completed items, past the dedup window (all of them
+    -- when the queue has none):
+    WITH d AS (
+        DELETE FROM queue.dedup_done k
+         WHERE k.queue_name = p_queue
+           AND k.dedup_key = ANY (ARRAY(SELECT x.dedup_key FROM queue.dedup_done x
+                                WHERE x.queue_name = p_queue
+                                  AND x.completed_at < v_now - coalesce(c.dedup_window, interval '0')
+                                LIMIT v_batch))
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    purged := purged + v_n;
+
+    -- cleared alerts:
+    WITH d AS (
+        DELETE FROM queue.alerts a
+         WHERE a.queue_name = p_queue
+           AND a.alert_id = ANY (ARRAY(SELECT x.alert_id FROM queue.alerts x
+                               WHERE x.queue_name = p_queue
+                                 AND x.cleared_at < v_now - c.retention
+                               LIMIT v_batch))
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    purged := purged + v_n;
+
+    -- metrics snapshots, always keeping the newest three (health's backlog rule):
+    SELECT m.taken_at INTO v_oldest_kept FROM queue.metrics_history m
+     WHERE m.queue_name = p_queue ORDER BY m.taken_at DESC OFFSET 2 LIMIT 1;
+    WITH d AS (
+        DELETE FROM queue.metrics_history m
+         WHERE m.queue_name = p_queue
+           AND m.taken_at = ANY (ARRAY(SELECT x.taken_at FROM queue.metrics_history x
+                               WHERE x.queue_name = p_queue
+                                 AND x.taken_at < v_now - c.retention
+                                 AND x.taken_at < v_oldest_kept
+                               ORDER BY x.taken_at
+                               LIMIT v_batch))
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    purged := purged + v_n;
+
+    -- Breaker: an open breaker pauses the queue; a closed one may trip on
+    -- failures that arrived without a fail() call (lost leases).
+    PERFORM queue._breaker_check(p_queue);
+
+    PERFORM queue._sweep_alerts(p_queue);
+END
+$$;
+COMMENT ON FUNCTION queue._sweep_queue(text) IS 'The per-queue work of sweep(), under the queue''s sweep lock';
+
+
+REVOKE ALL ON FUNCTION queue._lease_lost(text, bigint) FROM PUBLIC;
