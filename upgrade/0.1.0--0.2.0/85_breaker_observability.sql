@@ -381,3 +381,4 @@ $$;
 COMMENT ON FUNCTION queue._claim_gate(queue.queue_config)
     IS 'Whether dequeue hands out items of a queue now: open, paused, breaker_open or half_open';
 
+
