@@ -58,8 +58,6 @@ DECLARE
     v_id bigint;
     v_n bigint;
     v_aging float8;
-    v_keep_failures interval;
-    v_oldest_kept timestamptz;
 BEGIN
     swept := false;
     recovered := 0;
@@ -155,96 +153,8 @@ BEGIN
         SELECT count(*) INTO aged FROM upd;
     END IF;
 
-    -- Retention.  Processed history:
-    WITH d AS (
-        DELETE FROM queue.item_done d
-         WHERE d.queue_name = p_queue
-           AND d.item_id = ANY (ARRAY(SELECT x.item_id FROM queue.item_done x
-                              WHERE x.queue_name = p_queue
-                                AND x.completed_at < v_now - c.retention
-                              LIMIT v_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    purged := purged + v_n;
-
-    -- resolved or rejected dead letters, kept for retention after review:
-    WITH d AS (
-        DELETE FROM queue.dead_letters d
-         WHERE d.queue_name = p_queue
-           AND d.item_id = ANY (ARRAY(SELECT x.item_id FROM queue.dead_letters x
-                              WHERE x.queue_name = p_queue
-                                AND x.review_status IN ('resolved', 'rejected')
-                                AND coalesce(x.reviewed_at, x.dead_at) < v_now - c.retention
-                              LIMIT v_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    purged := purged + v_n;
-
-    -- events:
-    WITH d AS (
-        DELETE FROM queue.events e
-         WHERE e.queue_name = p_queue
-           AND e.event_id = ANY (ARRAY(SELECT x.event_id FROM queue.events x
-                               WHERE x.queue_name = p_queue AND x.at < v_now - c.retention
-                               LIMIT v_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    purged := purged + v_n;
-
-    -- failed attempts, kept at least for the breaker window and the hour
-    -- that stats() and health() look at:
-    v_keep_failures := greatest(c.retention, c.breaker_window, interval '1 hour');
-    WITH d AS (
-        DELETE FROM queue.failure_log f
-         WHERE f.queue_name = p_queue
-           AND f.failure_id = ANY (ARRAY(SELECT x.failure_id FROM queue.failure_log x
-                                 WHERE x.queue_name = p_queue
-                                   AND x.at < v_now - v_keep_failures
-                                 LIMIT v_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    purged := purged + v_n;
-
-    -- dedup keys of completed items, past the dedup window (all of them
-    -- when the queue has none):
-    WITH d AS (
-        DELETE FROM queue.dedup_done k
-         WHERE k.queue_name = p_queue
-           AND k.dedup_key = ANY (ARRAY(SELECT x.dedup_key FROM queue.dedup_done x
-                                WHERE x.queue_name = p_queue
-                                  AND x.completed_at < v_now - coalesce(c.dedup_window, interval '0')
-                                LIMIT v_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    purged := purged + v_n;
-
-    -- cleared alerts:
-    WITH d AS (
-        DELETE FROM queue.alerts a
-         WHERE a.queue_name = p_queue
-           AND a.alert_id = ANY (ARRAY(SELECT x.alert_id FROM queue.alerts x
-                               WHERE x.queue_name = p_queue
-                                 AND x.cleared_at < v_now - c.retention
-                               LIMIT v_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    purged := purged + v_n;
-
-    -- metrics snapshots, always keeping the newest three (health's backlog rule):
-    SELECT m.taken_at INTO v_oldest_kept FROM queue.metrics_history m
-     WHERE m.queue_name = p_queue ORDER BY m.taken_at DESC OFFSET 2 LIMIT 1;
-    WITH d AS (
-        DELETE FROM queue.metrics_history m
-         WHERE m.queue_name = p_queue
-           AND m.taken_at = ANY (ARRAY(SELECT x.taken_at FROM queue.metrics_history x
-                               WHERE x.queue_name = p_queue
-                                 AND x.taken_at < v_now - c.retention
-                                 AND x.taken_at < v_oldest_kept
-                               ORDER BY x.taken_at
-                               LIMIT v_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    purged := purged + v_n;
+    -- Retention: one batch of each kind (run_sweep() goes on until done).
+    purged := queue._retention(p_queue, v_batch);
 
     -- Breaker: an open breaker pauses the queue; a closed one may trip on
     -- failures that arrived without a fail() call (lost leases).
