@@ -33,6 +33,10 @@ SELECT length(last_error) FROM queue.items WHERE item_id = :d2;
 SELECT queue.enqueue('q_sz', '{}', correlation_id => repeat('c', 65537));
 SELECT queue.enqueue('q_sz', '{}', dedup_key => repeat('k', 65537));
 SELECT queue.enqueue_batch('q_sz', ARRAY['{}', '{}']::jsonb[], dedup_keys => ARRAY['k1', repeat('k', 65537)]);
+SELECT queue.enqueue('q_sz', '{}', group_key => repeat('g', 65537));
+SELECT queue.enqueue('q_sz', '{}', limit_key => repeat('l', 65537));
+SELECT queue.enqueue('q_sz', '{}', requires => array_fill(repeat('r', 1000), ARRAY[70]));
+SELECT queue.enqueue_batch('q_sz', ARRAY['{}']::jsonb[], requires => array_fill(repeat('r', 1000), ARRAY[70]));
 SELECT count(*) AS live FROM queue.items WHERE queue_name = 'q_sz';
 
 -- case: operator texts stored with an item: hold's reason, review's note
