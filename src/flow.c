@@ -344,7 +344,10 @@ flow_check_keys(Datum keys, bool isnull, int n, const char *argname)
 				 errmsg("%s has %d elements but payloads has %d", argname, nelems, n),
 				 errhint("Pass one key per payload, NULL for items without one.")));
 	for (int i = 0; i < n; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
 		flow_check_key(elems[i], nulls[i], argname);
+	}
 }
 
 /*
@@ -373,5 +376,7 @@ flow_check_requires(Datum requires, bool *isnull)
 		*isnull = true;
 		return (Datum) 0;
 	}
+	/* stored with every item: bounded like a text */
+	queue_check_text_size(PointerGetDatum(arr), "requires");
 	return PointerGetDatum(arr);
 }
