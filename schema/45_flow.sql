@@ -251,6 +251,37 @@ CREATE OR REPLACE TRIGGER item_live_flow_band
     WHEN (OLD.priority >= 100000 AND NEW.priority < 100000)
     EXECUTE FUNCTION queue._flow_keep_band();
 
+-- Caps stay exact: reviving an expired lease nobody took over (extend_lease,
+-- heartbeat) counts against its key's max_in_flight like a claim, under the
+-- key's lock; where the key is full the revival is refused (the row is left
+-- alone: extend_lease returns NULL, heartbeat skips it).
+CREATE OR REPLACE FUNCTION queue._flow_revival() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+DECLARE
+    v_cap int;
+BEGIN
+    SELECT l.max_in_flight INTO v_cap FROM queue.flow_limit l
+     WHERE l.queue_name = NEW.queue_name AND l.limit_key = NEW.limit_key
+       FOR UPDATE;
+    IF v_cap IS NOT NULL
+       AND (SELECT count(*) FROM queue.item_live i
+             WHERE i.queue_name = NEW.queue_name AND i.limit_key = NEW.limit_key
+               AND i.worker IS NOT NULL AND i.lease_expires_at > now()
+               AND i.item_id <> NEW.item_id) >= v_cap THEN
+        RETURN NULL;
+    END IF;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION queue._flow_revival()
+    IS 'Refuses to revive an expired lease of a limited key that is full';
+
+CREATE OR REPLACE TRIGGER item_live_flow_revival
+    BEFORE UPDATE OF lease_expires_at ON queue.item_live FOR EACH ROW
+    WHEN (OLD.priority >= 100000 AND NEW.lease_token = OLD.lease_token
+          AND OLD.lease_expires_at <= now() AND NEW.lease_expires_at > now())
+    EXECUTE FUNCTION queue._flow_revival();
+
 DO $$
 BEGIN
     -- constraint triggers have no OR REPLACE

@@ -158,6 +158,22 @@ SELECT take('fl', 'w1', 10, '1 ms');
 SELECT pg_sleep(0.05);
 SELECT take('fl', 'w2');
 
+-- case: reviving an expired lease counts against the key's cap: refused
+-- while the key is full, granted once it has room
+SELECT queue.create_queue('fk');
+SELECT queue.set_limit('fk', 'one', max_in_flight => 1);
+SELECT count(queue.enqueue('fk', jsonb_build_object('n', n), limit_key => 'one')) AS enqueued
+  FROM unnest(ARRAY['o1', 'o2']) n;
+SELECT take('fk', 'w1', 1, '1 ms');
+SELECT pg_sleep(0.05);
+SELECT take('fk', 'w2', 1);
+SELECT queue.extend_lease('fk', item_id, lease_token) IS NULL AS refused
+  FROM queue.item_live WHERE queue_name = 'fk' AND payload->>'n' = 'o1';
+SELECT finish('fk', 'o2');
+SELECT queue.extend_lease('fk', item_id, lease_token) IS NOT NULL AS granted
+  FROM queue.item_live WHERE queue_name = 'fk' AND payload->>'n' = 'o1';
+SELECT take('fk', 'w2', 1);
+
 -- case: set_limit on a key with waiting items limits them too; drop_limit frees them
 SELECT queue.create_queue('fs');
 SELECT count(queue.enqueue('fs', jsonb_build_object('n', 'm' || g), limit_key => 'm')) AS enqueued
@@ -226,7 +242,7 @@ SELECT queued, scheduled, processing, on_hold FROM queue.stats('fv');
 -- case: dropping a queue takes its groups and limits along
 SELECT count(*) FROM (SELECT queue.drop_queue(q, force => true)
                         FROM unnest(ARRAY['fg', 'fp', 'fr', 'fh', 'fd', 'fb', 'fx', 'fe', 'fl',
-                                          'fs', 'fq', 'fw', 'ft', 'fv']) q) d;
+                                          'fs', 'fq', 'fw', 'ft', 'fv', 'fk']) q) d;
 SELECT (SELECT count(*) FROM queue.flow_group) AS groups, (SELECT count(*) FROM queue.flow_limit) AS limits,
        (SELECT count(*) FROM queue.flow_claim) AS claims;
 DELETE FROM queue.worker_registry WHERE worker IN ('unlabelled', 'bot-x', 'w1', 'w2', 'wv');
