@@ -535,17 +535,18 @@ fi
 if want lostreply; then
 	if [ "$(has_arg register_worker restart)" = t ]; then
 		sql "SELECT queue.create_queue('t_lostreply', lease_timeout => '3 s')" >/dev/null
-		bg_worker t_lostreply lr1 --heartbeat 300ms --poll 200ms --max-items 1 \
+		bg_worker t_lostreply lr1 --heartbeat 300ms --poll 200ms --idle-exit 10s \
 			--exec 'cat >/dev/null; echo "{\"attempt\": $QUEUE_ATTEMPT}"'
 		w=$BG
 		sleep 1
 		# A claim made as lr1 on a connection that then closed, as when the
 		# worker's connection dies before dequeue's reply arrives: the
 		# worker never heard of it and goes on heartbeating from its own.
-		# The item is enqueued for later so the worker cannot claim it first.
-		id=$(sql "SELECT queue.enqueue('t_lostreply', '{\"n\": 1}', run_at => now() + interval '1 hour')")
-		sql "UPDATE queue.item_live SET run_at = now() WHERE item_id = $id" >/dev/null 2>&1
-		sql "SELECT queue.heartbeat('lr1'); SELECT count(*) FROM queue.dequeue('t_lostreply', 'lr1', 1)" >"$LOG/lostreply.sql" 2>&1
+		# Enqueued and claimed in one transaction, so the worker cannot
+		# claim it first.
+		sql "BEGIN; SELECT queue.heartbeat('lr1'); SELECT queue.enqueue('t_lostreply', '{\"n\": 1}');
+		     SELECT count(*) FROM queue.dequeue('t_lostreply', 'lr1', 1); COMMIT" >"$LOG/lostreply.sql" 2>&1
+		is "lostreply: the claim was made" "$(tail -1 "$LOG/lostreply.sql")" 1
 		t0=$SECONDS
 		if wait_for 15 "SELECT count(*) = 1 FROM queue.history WHERE queue_name = 't_lostreply'"; then
 			ok "lostreply: the worker's heartbeat did not keep the lost claim alive"
@@ -555,6 +556,7 @@ if want lostreply; then
 		fi
 		[ $((SECONDS - t0)) -le 8 ] && ok "lostreply: it came back within about one lease (3 s)" ||
 			notok "lostreply: it came back within about one lease (3 s)" "took $((SECONDS - t0)) s"
+		kill -TERM "$w" 2>/dev/null
 		wait "$w"
 		is "lostreply: then the same worker processed it" \
 			"$(sql "SELECT attempts || ' ' || worker FROM queue.history WHERE queue_name = 't_lostreply'")" "2 lr1"
