@@ -53,4 +53,16 @@ $$;
 SELECT clock_timestamp() - :'t1'::timestamptz < 2 * :'plain'::interval + interval '5 s' AS prompt;
 ROLLBACK;
 
+-- case: complete_batch of items held by several workers is a sign of life
+-- of each of them
+SELECT count(*) AS enqueued FROM queue.enqueue_batch('q_bl', array_fill('{}'::jsonb, ARRAY[6]));
+SELECT array_agg(item_id) AS ids, array_agg(lease_token) AS toks FROM (
+    SELECT * FROM queue.dequeue('q_bl', 'bl_w1', batch_size => 3)
+    UNION ALL SELECT * FROM queue.dequeue('q_bl', 'bl_w2', batch_size => 2)
+    UNION ALL SELECT * FROM queue.dequeue('q_bl', 'bl_w3', batch_size => 1)) d \gset
+UPDATE queue.worker_registry SET last_seen = now() - interval '1 h' WHERE worker LIKE 'bl_w%';
+SELECT queue.complete_batch('q_bl', :'ids'::bigint[], :'toks'::bigint[]);
+SELECT worker, last_seen > now() - interval '1 min' AS seen FROM queue.worker_registry
+ WHERE worker LIKE 'bl_w%' ORDER BY worker;
+
 SELECT queue.drop_queue('q_bl', force => true);

@@ -262,8 +262,8 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 	ArrayType  *ids;
 	ArrayType  *toks;
 	int			ndone;
-	List	   *alive = NIL;
-	ListCell   *lc;
+	char	  **alive;
+	int			nalive = 0;
 
 	queue_check_not_null(PG_ARGISNULL(1), "item_ids");
 	queue_check_not_null(PG_ARGISNULL(2), "lease_tokens");
@@ -295,14 +295,21 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 				   values, nulls, false, 0, SPI_OK_INSERT_RETURNING, "completing items");
 	ndone = (int) SPI_processed;
 
-	/* each worker of the batch (usually one) gave a sign of life, below */
+	/*
+	 * Each worker of the batch (usually one) gave a sign of life, below:
+	 * the names sorted, so that each distinct one is seen once however
+	 * many items and workers the batch has.
+	 */
+	alive = palloc(sizeof(char *) * Max(ndone, 1));
 	for (int r = 0; r < ndone; r++)
 	{
 		char	   *w = SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 4);
 
-		if (w != NULL && !list_member(alive, makeString(w)))
-			alive = lappend(alive, makeString(w));
+		CHECK_FOR_INTERRUPTS();
+		if (w != NULL)
+			alive[nalive++] = w;
 	}
+	qsort(alive, nalive, sizeof(char *), pg_qsort_strcmp);
 
 	if (ndone > 0 && (cfg.has_dedup_window || cfg.audit == 'a' || cfg.breaker_state == 'p'))
 	{
@@ -355,10 +362,14 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 						   ev, NULL, false, 0, SPI_OK_INSERT, "recording events");
 		}
 		for (int r = 0; r < ndone; r++)
+		{
+			CHECK_FOR_INTERRUPTS();
 			queue_breaker_outcome(&cfg, values[0], DatumGetInt64(done_ids[r]), true);
+		}
 	}
-	foreach(lc, alive)
-		queue_worker_alive(CStringGetTextDatum(strVal(lfirst(lc))));
+	for (int i = 0; i < nalive; i++)
+		if (i == 0 || strcmp(alive[i], alive[i - 1]) != 0)
+			queue_worker_alive(CStringGetTextDatum(alive[i]));
 	queue_spi_finish();
 	PG_RETURN_INT32(ndone);
 }
