@@ -5,8 +5,10 @@
 # invoices, starts five queue-worker bots running test/demo/erp.sh, sends
 # 200 urgent invoices while the backlog is deep, kills one bot with
 # kill -9, takes the "ERP" down for a while so the circuit breaker pauses
-# the queue and later resumes it through its half-open probe, and ends
-# with a report drawn from SQL.  About a minute; everything it starts is
+# the queue and later resumes it through its half-open probe, books
+# seven customers' invoices in order (group_key), caps the old ERP's
+# customers at three sessions (set_limit), schedules the month-end close,
+# and ends with a report drawn from SQL.  About a minute; everything it starts is
 # stopped on exit.
 #
 # Run as root, it installs missing build dependencies (apt), runs
@@ -189,7 +191,10 @@ SELECT queue.create_queue('invoices',
 SELECT queue.schedule('invoices', 'month-end-close', '0 2 $ * *',
                       '{"run": "month-end close", "customer": "internal"}', priority => 1);
 -- what the demo sent, for the accounting at the end
-CREATE TABLE demo_sent (invoice text, item_id bigint, urgent boolean, resent boolean);
+CREATE TABLE demo_sent (invoice text, item_id bigint, urgent boolean, resent boolean,
+                        grp text, lim text);
+-- the old ERP takes three sessions at once
+SELECT queue.set_limit('invoices', 'erp-legacy', max_in_flight => 3);
 -- when things happened, for the report's stories
 CREATE TABLE demo_marks (mark text PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp(), n bigint);
 CREATE TABLE demo_orphans (item_id bigint, attempt int);
@@ -198,10 +203,16 @@ note "pg_cron jobs: $(val "SELECT string_agg(jobname || ' ' || schedule, ', ') F
 note "recurring: $(val "SELECT string_agg(format('%s (%s), next %s', name, cron, to_char(next_tick, 'YYYY-MM-DD HH24:MI TZ')), ', ') FROM queue.schedules")"
 
 # -- producers -------------------------------------------------------------
-say "enqueueing $INVOICES invoices in one enqueue_batch (a few malformed, one slow)"
+say "enqueueing $INVOICES invoices in one enqueue_batch (a few malformed, one slow; customers C90-C96 in order; C0-C9 through the old ERP)"
 sql <<EOF || exit 1
 WITH src AS (
   SELECT g, format('INV-%s', lpad(g::text, 6, '0')) AS inv,
+         -- the statement runs of customers C90-C96 are booked in order,
+         -- one invoice at a time per customer (ordered groups)
+         CASE WHEN g % 350 <> 0 AND g % 97 BETWEEN 90 AND 96 THEN format('C%s', g % 97) END AS grp,
+         -- customers C0-C9 are booked in the old ERP, which accepts
+         -- three sessions at once (a per-key cap)
+         CASE WHEN g % 350 <> 0 AND g % 97 < 10 THEN 'erp-legacy' END AS lim,
          CASE WHEN g % 350 = 0
               THEN jsonb_build_object('invoice', format('INV-%s', lpad(g::text, 6, '0')),
                                       'amount', 100 + g % 900, 'malformed', true)
@@ -214,8 +225,10 @@ ids AS (
   SELECT t.id, t.n
   FROM queue.enqueue_batch('invoices',
          (SELECT array_agg(payload ORDER BY g) FROM src),
-         dedup_keys => (SELECT array_agg(inv ORDER BY g) FROM src)) WITH ORDINALITY AS t(id, n))
-INSERT INTO demo_sent SELECT src.inv, ids.id, false, false FROM src JOIN ids ON ids.n = src.g;
+         dedup_keys => (SELECT array_agg(inv ORDER BY g) FROM src),
+         group_keys => (SELECT array_agg(grp ORDER BY g) FROM src),
+         limit_keys => (SELECT array_agg(lim ORDER BY g) FROM src)) WITH ORDINALITY AS t(id, n))
+INSERT INTO demo_sent SELECT src.inv, ids.id, false, false, src.grp, src.lim FROM src JOIN ids ON ids.n = src.g;
 EOF
 note "$(val "SELECT count(*) FROM demo_sent") enqueued; stats: $(val "SELECT format('queued %s, scheduled %s', queued, scheduled) FROM queue.stats('invoices')")"
 
@@ -388,6 +401,27 @@ SELECT CASE WHEN s.urgent THEN 'urgent (0)' ELSE 'backlog (2)' END AS priority,
        CASE WHEN s.urgent THEN (SELECT m.n FROM demo_marks m WHERE m.mark = 'urgent_sent') END AS backlog_when_sent
 FROM queue.history h JOIN demo_sent s ON s.item_id = h.item_id AND NOT s.resent
 WHERE h.queue_name = 'invoices' GROUP BY s.urgent ORDER BY s.urgent DESC;
+
+\echo '-- ordered groups: each customer statement run (C90-C96) booked in order, one at a time'
+WITH g AS (
+  SELECT s.grp, h.item_id, h.claimed_at, h.completed_at,
+         lag(h.completed_at) OVER (PARTITION BY s.grp ORDER BY h.item_id) AS previous_done
+  FROM queue.history h JOIN demo_sent s ON s.item_id = h.item_id AND NOT s.resent
+  WHERE h.queue_name = 'invoices' AND s.grp IS NOT NULL)
+SELECT grp AS customer, count(*) AS invoices,
+       count(*) FILTER (WHERE claimed_at < previous_done) AS started_before_previous_done,
+       bool_and(previous_done IS NULL OR claimed_at >= previous_done) AS in_order
+FROM g GROUP BY grp ORDER BY grp;
+
+\echo '-- the old ERP (limit_key erp-legacy, set_limit max_in_flight 3): never more than 3 sessions'
+WITH legacy AS (
+  SELECT h.claimed_at, h.completed_at
+  FROM queue.history h JOIN demo_sent s ON s.item_id = h.item_id AND NOT s.resent
+  WHERE h.queue_name = 'invoices' AND s.lim = 'erp-legacy'),
+ev AS (SELECT claimed_at AS at, 1 AS d FROM legacy UNION ALL SELECT completed_at, -1 FROM legacy)
+SELECT (SELECT count(*) FROM legacy) AS invoices, max(running) AS most_at_once,
+       (SELECT max_in_flight FROM queue.limits WHERE queue_name = 'invoices' AND limit_key = 'erp-legacy') AS cap
+FROM (SELECT sum(d) OVER (ORDER BY at, d) AS running FROM ev) x;
 
 \echo '-- the orphans of the bot killed with -9'
 SELECT o.item_id, o.attempt AS attempt_when_killed, i.state AS now,
