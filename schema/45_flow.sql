@@ -71,6 +71,9 @@ CREATE INDEX IF NOT EXISTS item_live_group_wait_idx
 CREATE INDEX IF NOT EXISTS item_live_limit_claim_idx
     ON queue.item_live (queue_name, limit_key, priority, visible_at, item_id)
     WHERE limit_key IS NOT NULL;
+-- items that need labels: the unroutable rule
+CREATE INDEX IF NOT EXISTS item_live_requires_idx
+    ON queue.item_live (queue_name, run_at) WHERE requires IS NOT NULL;
 -- a key's leases: in-flight counts and the first lease to end
 CREATE INDEX IF NOT EXISTS item_live_limit_lease_idx
     ON queue.item_live (queue_name, limit_key, lease_expires_at)
@@ -446,3 +449,45 @@ COMMENT ON FUNCTION queue._flow_forget() IS 'Removes the flow-control state of a
 CREATE OR REPLACE TRIGGER queue_config_flow_forget
     AFTER DELETE ON queue.queue_config FOR EACH ROW
     EXECUTE FUNCTION queue._flow_forget();
+
+-- Routing in health and alerts: items that need labels no active bot has
+-- (not draining, seen within queue.worker_offline_after), waiting past the
+-- queue's sla, or 5 minutes without one.
+CREATE OR REPLACE FUNCTION queue._flow_rules(p_queue text,
+                                             OUT kind text, OUT reason text, OUT details jsonb)
+RETURNS SETOF record LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_after interval;
+    v_online timestamptz := now() - make_interval(secs => queue._worker_offline_after());
+    v_n bigint;
+    v_labels text[];
+BEGIN
+    SELECT coalesce(c.sla, interval '5 min') INTO v_after
+      FROM queue.queue_config c WHERE c.queue_name = p_queue;
+    SELECT count(*), (SELECT array_agg(DISTINCT l ORDER BY l)
+                        FROM unnest(array_agg(i.requires)) AS l)
+      INTO v_n, v_labels
+      FROM (SELECT i.requires FROM queue.item_live i
+             WHERE i.queue_name = p_queue AND i.requires IS NOT NULL
+               AND i.run_at < now() - v_after
+               AND NOT i.on_hold
+               AND NOT (i.lease_token IS NOT NULL AND i.lease_expires_at > now())
+               AND NOT EXISTS (SELECT 1 FROM queue.worker_registry w
+                                WHERE i.requires <@ w.labels AND NOT w.draining
+                                  AND w.last_seen > v_online)
+             LIMIT 10000) i;
+    IF v_n > 0 THEN
+        kind := 'unroutable';
+        reason := format('%s item%s waiting over %s need%s labels no active worker has (%s)',
+                         v_n, CASE WHEN v_n > 1 THEN 's' ELSE '' END,
+                         queue._say_interval(v_after), CASE WHEN v_n > 1 THEN '' ELSE 's' END,
+                         array_to_string(v_labels, ', '));
+        details := jsonb_build_object('items', v_n, 'labels', to_jsonb(v_labels));
+        RETURN NEXT;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION queue._flow_rules(text)
+    IS 'The unroutable rule of one queue when it holds, with reason and details';

@@ -314,10 +314,13 @@ BEGIN
         END IF;
     END IF;
 
-    -- capacity: bots busy (capacity_short) or bots idle (workers_idle)
+    -- capacity: bots busy (capacity_short) or bots idle (workers_idle);
+    -- routing: items no active bot can take (unroutable, 45_flow.sql)
     FOR v_rule IN
         SELECT r.reason FROM queue._capacity_rules(p_queue, s.queued, s.oldest_queued_age,
                                                    s.processed_1h) r
+        UNION ALL
+        SELECT f.reason FROM queue._flow_rules(p_queue) f
     LOOP
         v_level := greatest(v_level, 1);
         reasons := reasons || v_rule;

@@ -239,13 +239,28 @@ SELECT payload->>'n' AS n, state, group_key, limit_key, requires, waiting, effec
   FROM queue.items WHERE queue_name = 'fv' ORDER BY item_id;
 SELECT queued, scheduled, processing, on_hold FROM queue.stats('fv');
 
+-- case: items that need labels no active worker has show in health and
+-- raise the unroutable alert once they waited past the sla (5 min without)
+SELECT queue.create_queue('fu');
+SELECT count(queue.enqueue('fu', '{"n": "u1"}', requires => ARRAY['mainframe'])) AS enqueued;
+SELECT status, reasons FROM queue.health('fu');
+UPDATE queue.item_live SET run_at = now() - interval '6 min' WHERE queue_name = 'fu';
+SELECT status, reasons FROM queue.health('fu');
+SELECT count(*) FROM queue.sweep('fu');
+SELECT kind, message, details FROM queue.alerts WHERE queue_name = 'fu' AND cleared_at IS NULL;
+INSERT INTO queue.worker_registry (worker, labels) VALUES ('mainframe-bot', ARRAY['mainframe']);
+SELECT status, reasons FROM queue.health('fu');
+SELECT count(*) FROM queue.sweep('fu');
+SELECT count(*) AS open_unroutable FROM queue.alerts
+ WHERE queue_name = 'fu' AND kind = 'unroutable' AND cleared_at IS NULL;
+
 -- case: dropping a queue takes its groups and limits along
 SELECT count(*) FROM (SELECT queue.drop_queue(q, force => true)
                         FROM unnest(ARRAY['fg', 'fp', 'fr', 'fh', 'fd', 'fb', 'fx', 'fe', 'fl',
-                                          'fs', 'fq', 'fw', 'ft', 'fv', 'fk']) q) d;
+                                          'fs', 'fq', 'fw', 'ft', 'fv', 'fk', 'fu']) q) d;
 SELECT (SELECT count(*) FROM queue.flow_group) AS groups, (SELECT count(*) FROM queue.flow_limit) AS limits,
        (SELECT count(*) FROM queue.flow_claim) AS claims;
-DELETE FROM queue.worker_registry WHERE worker IN ('unlabelled', 'bot-x', 'w1', 'w2', 'wv');
+DELETE FROM queue.worker_registry WHERE worker IN ('unlabelled', 'bot-x', 'w1', 'w2', 'wv', 'mainframe-bot');
 
 DROP FUNCTION take(text, text, int, interval);
 DROP FUNCTION finish(text, text, text);

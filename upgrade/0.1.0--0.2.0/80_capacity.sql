@@ -159,6 +159,7 @@ AS $$
 DECLARE
     c queue.queue_config;
     s record;
+    v_pause record;
     v_level int := 0;      -- 0 ok, 1 warning, 2 critical
     v_n bigint;
     v_items bigint;
@@ -226,10 +227,8 @@ BEGIN
     -- failure rate over half the breaker threshold, counted as the breaker does
     IF c.breaker_threshold IS NOT NULL THEN
         v_from := greatest(now() - c.breaker_window, c.breaker_since);
-        SELECT count(*) INTO v_failed FROM queue.failure_log f
-         WHERE f.queue_name = p_queue AND f.at > v_from AND f.kind <> 'offline';
-        SELECT count(*) INTO v_ok FROM queue.item_done d
-         WHERE d.queue_name = p_queue AND d.completed_at > v_from;
+        SELECT o.failed, o.outcomes - o.failed INTO v_failed, v_ok
+          FROM queue._breaker_outcomes(p_queue, v_from, 0) o;
         IF v_failed + v_ok >= c.breaker_min_samples
            AND v_failed::float8 / (v_failed + v_ok) > c.breaker_threshold / 2 THEN
             v_level := greatest(v_level, 1);
@@ -240,18 +239,22 @@ BEGIN
         END IF;
     END IF;
 
-    -- capacity: bots busy (capacity_short) or bots idle (workers_idle)
+    -- capacity: bots busy (capacity_short) or bots idle (workers_idle);
+    -- routing: items no active bot can take (unroutable, 45_flow.sql)
     FOR v_rule IN
         SELECT r.reason FROM queue._capacity_rules(p_queue, s.queued, s.oldest_queued_age,
                                                    s.processed_1h) r
+        UNION ALL
+        SELECT f.reason FROM queue._flow_rules(p_queue) f
     LOOP
         v_level := greatest(v_level, 1);
         reasons := reasons || v_rule;
     END LOOP;
 
-    IF c.paused THEN
+    SELECT * INTO v_pause FROM queue._pause_state(c) p;
+    IF v_pause.paused THEN
         status := 'paused';
-        reasons := format('paused: %s', coalesce(c.pause_reason, 'no reason given')) || reasons;
+        reasons := format('paused: %s', coalesce(v_pause.pause_reason, 'no reason given')) || reasons;
     ELSE
         status := (ARRAY['ok', 'warning', 'critical'])[v_level + 1];
     END IF;
@@ -302,7 +305,7 @@ BEGIN
     -- breaker_open: raised by the breaker itself; closed by probe or resume
     IF c.breaker_state <> 'closed' THEN
         PERFORM queue._raise_alert(p_queue, 'breaker_open',
-                                   coalesce(c.pause_reason, 'circuit breaker open'),
+                                   coalesce(c.breaker_reason, 'circuit breaker open'),
                                    jsonb_build_object('opened_at', c.breaker_opened_at));
     ELSE
         PERFORM queue._clear_alert(p_queue, 'breaker_open');
@@ -350,18 +353,21 @@ BEGIN
         PERFORM queue._clear_alert(p_queue, 'stalled_lease');
     END IF;
 
-    -- capacity_short and workers_idle: bots busy or bots idle
+    -- capacity_short and workers_idle: bots busy or bots idle; unroutable:
+    -- items no active bot has the labels for (45_flow.sql)
     v_kinds := '{}';
     FOR v_rule IN
         SELECT r.kind, r.reason, r.details
           FROM queue._capacity_rules(p_queue, s.queued, s.oldest_queued_age, s.processed_1h) r
+        UNION ALL
+        SELECT f.kind, f.reason, f.details FROM queue._flow_rules(p_queue) f
     LOOP
         PERFORM queue._raise_alert(p_queue, v_rule.kind, format('queue %s: %s', p_queue, v_rule.reason),
                                    v_rule.details);
         v_kinds := v_kinds || v_rule.kind;
     END LOOP;
     PERFORM queue._clear_alert(p_queue, k.kind)
-       FROM unnest(ARRAY['capacity_short', 'workers_idle']) AS k(kind)
+       FROM unnest(ARRAY['capacity_short', 'workers_idle', 'unroutable']) AS k(kind)
       WHERE k.kind <> ALL (v_kinds);
 
     -- dead_letters: open while dead letters wait for a first review

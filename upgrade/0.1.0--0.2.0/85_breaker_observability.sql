@@ -224,10 +224,13 @@ BEGIN
         END IF;
     END IF;
 
-    -- capacity: bots busy (capacity_short) or bots idle (workers_idle)
+    -- capacity: bots busy (capacity_short) or bots idle (workers_idle);
+    -- routing: items no active bot can take (unroutable, 45_flow.sql)
     FOR v_rule IN
         SELECT r.reason FROM queue._capacity_rules(p_queue, s.queued, s.oldest_queued_age,
                                                    s.processed_1h) r
+        UNION ALL
+        SELECT f.reason FROM queue._flow_rules(p_queue) f
     LOOP
         v_level := greatest(v_level, 1);
         reasons := reasons || v_rule;
@@ -335,18 +338,21 @@ BEGIN
         PERFORM queue._clear_alert(p_queue, 'stalled_lease');
     END IF;
 
-    -- capacity_short and workers_idle: bots busy or bots idle
+    -- capacity_short and workers_idle: bots busy or bots idle; unroutable:
+    -- items no active bot has the labels for (45_flow.sql)
     v_kinds := '{}';
     FOR v_rule IN
         SELECT r.kind, r.reason, r.details
           FROM queue._capacity_rules(p_queue, s.queued, s.oldest_queued_age, s.processed_1h) r
+        UNION ALL
+        SELECT f.kind, f.reason, f.details FROM queue._flow_rules(p_queue) f
     LOOP
         PERFORM queue._raise_alert(p_queue, v_rule.kind, format('queue %s: %s', p_queue, v_rule.reason),
                                    v_rule.details);
         v_kinds := v_kinds || v_rule.kind;
     END LOOP;
     PERFORM queue._clear_alert(p_queue, k.kind)
-       FROM unnest(ARRAY['capacity_short', 'workers_idle']) AS k(kind)
+       FROM unnest(ARRAY['capacity_short', 'workers_idle', 'unroutable']) AS k(kind)
       WHERE k.kind <> ALL (v_kinds);
 
     -- dead_letters: open while dead letters wait for a first review
