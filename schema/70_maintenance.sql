@@ -178,7 +178,7 @@ DECLARE
     v_now timestamptz := now();
     v_n bigint;
     v_purged bigint := 0;
-    v_keep_failures interval;
+    v_keep_outcomes interval;
     v_oldest_kept timestamptz;
 BEGIN
     SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
@@ -189,13 +189,20 @@ BEGIN
     -- Each batch is the oldest rows by the queue's time index: a plain
     -- LIMIT may scan the table from its start, past the dead rows of the
     -- batches before it, and slow down batch after batch.
+    -- Outcomes (completions in the history, failed attempts) are kept as
+    -- long as the windows that count them need them, whatever the
+    -- retention: the breaker and health (breaker_window), stats'
+    -- processed_1h, failed_1h and percentiles (1 hour).  The workers view's
+    -- 24 h counts see at most this much.
+    v_keep_outcomes := greatest(c.retention, c.breaker_window, interval '1 hour');
+
     -- processed history:
     WITH d AS (
         DELETE FROM queue.item_done d
          WHERE d.queue_name = p_queue
            AND d.item_id = ANY (ARRAY(SELECT x.item_id FROM queue.item_done x
                               WHERE x.queue_name = p_queue
-                                AND x.completed_at < v_now - c.retention
+                                AND x.completed_at < v_now - v_keep_outcomes
                               ORDER BY x.completed_at LIMIT p_batch))
         RETURNING 1)
     SELECT count(*) INTO v_n FROM d;
@@ -225,15 +232,13 @@ BEGIN
     SELECT count(*) INTO v_n FROM d;
     v_purged := v_purged + v_n;
 
-    -- failed attempts, kept at least for the breaker window and the hour
-    -- that stats() and health() look at:
-    v_keep_failures := greatest(c.retention, c.breaker_window, interval '1 hour');
+    -- failed attempts:
     WITH d AS (
         DELETE FROM queue.failure_log f
          WHERE f.queue_name = p_queue
            AND f.failure_id = ANY (ARRAY(SELECT x.failure_id FROM queue.failure_log x
                                  WHERE x.queue_name = p_queue
-                                   AND x.at < v_now - v_keep_failures
+                                   AND x.at < v_now - v_keep_outcomes
                                  ORDER BY x.at LIMIT p_batch))
         RETURNING 1)
     SELECT count(*) INTO v_n FROM d;
