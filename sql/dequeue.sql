@@ -12,7 +12,7 @@ SELECT queue.enqueue('q_deq', '{"job": "a"}', priority => 4, dedup_key => 'job-a
 BEGIN;
 SELECT item_id = :a AS same_item, lease_token IS NOT NULL AS has_token, payload, attempt,
        max_attempts, priority, enqueued_at <= now() AS enqueued_past,
-       lease_expires_at = now() + interval '5 min' AS lease_5min, dedup_key, correlation_id
+       lease_expires_at = statement_timestamp() + interval '5 min' AS lease_5min, dedup_key, correlation_id
   FROM queue.dequeue('q_deq', 'w1');
 COMMIT;
 SELECT state, attempt, worker, lease_expires_at > now() AS leased
@@ -98,7 +98,7 @@ SELECT worker, count(*) FROM queue.items
 -- case: lease_timeout overrides the queue's lease for this claim
 SELECT queue.enqueue('q_deq', '{"job": "short"}') AS s \gset
 BEGIN;
-SELECT lease_expires_at = now() + interval '42 s' AS lease_42s
+SELECT lease_expires_at = statement_timestamp() + interval '42 s' AS lease_42s
   FROM queue.dequeue('q_deq', 'w1', lease_timeout => '42 s');
 COMMIT;
 

@@ -24,8 +24,8 @@ SELECT count(*) AS claimed FROM queue.dequeue('q_spent_sweep', 'w1');
 
 -- case: extend_lease sets the expiry to now() + extend_by and returns it
 BEGIN;
-SELECT queue.extend_lease('q_lease', :kept, :t_kept, '1 h') = now() + interval '1 h' AS extended_1h;
-SELECT lease_expires_at = now() + interval '1 h' AS stored FROM queue.items
+SELECT queue.extend_lease('q_lease', :kept, :t_kept, '1 h') = statement_timestamp() + interval '1 h' AS extended_1h;
+SELECT lease_expires_at BETWEEN now() + interval '1 h' AND statement_timestamp() + interval '1 h' AS stored FROM queue.items
  WHERE queue_name = 'q_lease' AND item_id = :kept;
 COMMIT;
 
@@ -86,7 +86,7 @@ SELECT progress FROM queue.items WHERE queue_name = 'q_lease' AND item_id = :kep
 
 -- case: extend_lease without extend_by uses the queue's lease_timeout
 BEGIN;
-SELECT queue.extend_lease('q_lease', :kept, :t_kept) = now() + interval '2 s' AS extended_2s;
+SELECT queue.extend_lease('q_lease', :kept, :t_kept) = statement_timestamp() + interval '2 s' AS extended_2s;
 ROLLBACK;
 
 -- case: release gives the item back without counting an attempt and keeps its progress

@@ -142,8 +142,8 @@ static SPIPlanPtr checkpoint_plan = NULL;
 
 #define EXTEND_SQL_WITH(session) \
 	"UPDATE queue.item_live " \
-	"   SET lease_expires_at = pg_catalog.now()" OP("+") "$4, " \
-	"       visible_at = pg_catalog.now()" OP("+") "$4 " \
+	"   SET lease_expires_at = pg_catalog.statement_timestamp()" OP("+") "$4, " \
+	"       visible_at = pg_catalog.statement_timestamp()" OP("+") "$4 " \
 	session \
 	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
 	"   AND lease_token" OP("=") "$3 " \
@@ -580,7 +580,7 @@ queue_release(PG_FUNCTION_ARGS)
  * queue.extend_lease(queue_name text, item_id bigint, lease_token bigint,
  *					  extend_by interval = NULL) returns timestamptz
  *
- * Sets the lease's expiry to now() + extend_by (NULL: the queue's
+ * Sets the lease's expiry to the statement's start + extend_by (NULL: the queue's
  * lease_timeout); returns it, or NULL when the lease is not current.
  */
 Datum

@@ -3,6 +3,10 @@
  * dequeue.c
  *		The claim: dequeue().
  *
+ * Leases run from the claiming statement's start (statement_timestamp()),
+ * never from the start of the caller's transaction: a dequeue inside an
+ * old transaction still hands out a full lease.
+ *
  * One statement picks the head of the queue's claim index
  * (queue_name, priority, visible_at, item_id) with FOR UPDATE SKIP LOCKED
  * and leases what it picked: a fresh lease_token from a sequence (the
@@ -116,11 +120,11 @@ static SPIPlanPtr lane_claim_plan = NULL;
 	"WITH cand AS MATERIALIZED (" \
 	"  SELECT i.item_id, i.priority AS prio, i.visible_at AS since, " \
 	"         " lost " AS lost, " \
-	"         (i.expires_at IS NOT NULL AND i.expires_at" OP("<=") "pg_catalog.now()) AS expired, " \
+	"         (i.expires_at IS NOT NULL AND i.expires_at" OP("<=") "pg_catalog.statement_timestamp()) AS expired, " \
 	"         (i.lease_token IS NOT NULL AND i.attempt" OP(">=") "i.max_attempts) AS spent " \
 	"    FROM queue.item_live i " \
 	"   WHERE i.queue_name" OP("=") "$1 " \
-	"     AND i.visible_at" OP("<=") "pg_catalog.now() " \
+	"     AND i.visible_at" OP("<=") "pg_catalog.statement_timestamp() " \
 	start \
 	"   ORDER BY i.priority, i.visible_at, i.item_id " \
 	"   LIMIT $2 " \
@@ -129,10 +133,10 @@ static SPIPlanPtr lane_claim_plan = NULL;
 	"  UPDATE queue.item_live i " \
 	"     SET attempt = i.attempt" OP("+") "1, " \
 	"         lease_token = pg_catalog.nextval('queue.lease_token_seq'::pg_catalog.regclass), " \
-	"         worker = $3, claimed_at = pg_catalog.now(), cap_stripe = $5, " \
+	"         worker = $3, claimed_at = pg_catalog.statement_timestamp(), cap_stripe = $5, " \
 	extra_set \
-	"         lease_expires_at = pg_catalog.now()" OP("+") "$4, " \
-	"         visible_at = pg_catalog.now()" OP("+") "$4, " \
+	"         lease_expires_at = pg_catalog.statement_timestamp()" OP("+") "$4, " \
+	"         visible_at = pg_catalog.statement_timestamp()" OP("+") "$4, " \
 	"         errors = CASE WHEN " lost " " \
 	"                  THEN i.errors" OP("||") "pg_catalog.jsonb_build_array(" \
 	"                    pg_catalog.jsonb_build_object('attempt', i.attempt, 'at', i.lease_expires_at, " \
@@ -208,7 +212,7 @@ static SPIPlanPtr lane_claim_plan = NULL;
 	"SELECT pg_catalog.count(*) FROM queue.queue_config q " \
 	"  JOIN queue.item_live i ON i.queue_name" OP("=") "q.queue_name " \
 	" WHERE i.worker" OP("=") "$1 " \
-	"   AND i.lease_expires_at" OP(">") "pg_catalog.now()"
+	"   AND i.lease_expires_at" OP(">") "pg_catalog.statement_timestamp()"
 
 /* Most stripes a queue's max_in_flight is split into. */
 #define CAP_STRIPES 8
@@ -226,7 +230,7 @@ static SPIPlanPtr lane_claim_plan = NULL;
 #define IN_FLIGHT_SQL \
 	"SELECT pg_catalog.count(*) FROM queue.item_live " \
 	" WHERE queue_name" OP("=") "$1 AND worker IS NOT NULL " \
-	"   AND lease_expires_at" OP(">") "pg_catalog.now() " \
+	"   AND lease_expires_at" OP(">") "pg_catalog.statement_timestamp() " \
 	"   AND (coalesce(cap_stripe, 0)" OP("%") "$3)" OP("=") "$2"
 
 #define BURY_SQL \

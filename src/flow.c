@@ -60,7 +60,7 @@
 #define KEY_IN_FLIGHT_SQL \
 	"SELECT pg_catalog.count(*), pg_catalog.min(lease_expires_at) FROM queue.item_live " \
 	" WHERE queue_name" OP("=") "$1 AND limit_key" OP("=") "$2 AND worker IS NOT NULL " \
-	"   AND lease_expires_at" OP(">") "pg_catalog.now()"
+	"   AND lease_expires_at" OP(">") "pg_catalog.statement_timestamp()"
 
 /* claims in the window ending at $3, newest first, as many as the rate */
 #define WINDOW_SQL \

@@ -190,9 +190,10 @@ BEGIN
              WHERE i.queue_name = q.queue_name AND i.worker = v_worker
                AND i.lease_token IS NOT NULL AND i.lease_session = v_prev;
         END IF;
+        -- a lease runs from this statement, not from the transaction's start
         UPDATE queue.item_live i
-           SET lease_expires_at = now() + q.lease_timeout,
-               visible_at = now() + q.lease_timeout, lost_counted = false
+           SET lease_expires_at = statement_timestamp() + q.lease_timeout,
+               visible_at = statement_timestamp() + q.lease_timeout, lost_counted = false
          WHERE i.queue_name = q.queue_name AND i.worker = v_worker
            AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0;
         GET DIAGNOSTICS v_n = ROW_COUNT;
