@@ -88,6 +88,7 @@ else
 	like "exporter: wait and run quantiles" \
 		"$(grep -E '^queue_(wait|run)_seconds\{' "$LOG/reader.metrics" | grep exp_open | sed -E 's/\} .*//; s/,?server="[^"]*"//' | sort)" \
 		'queue_run_seconds\{quantile="0.5",queue="exp_open" queue_run_seconds\{quantile="0.95",queue="exp_open" queue_wait_seconds\{quantile="0.5",queue="exp_open" queue_wait_seconds\{quantile="0.95",queue="exp_open"$'
+	echo "# exporter: a scrape of the 2 queues it may read took $(grep -E '^pg_exporter_last_scrape_duration_seconds ' "$LOG/reader.metrics" | awk '{print $2}') s"
 	is "exporter: the exporter's scrape reported no error" \
 		"$(grep -E '^pg_exporter_last_scrape_error ' "$LOG/reader.metrics" | awk '{print $2}')" 0
 	is "exporter: a reader without grants sees the open queues only" \
