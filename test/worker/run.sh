@@ -699,6 +699,10 @@ if want top; then
 	is "top: --queue leaves out the other queues" \
 		"$("$TOP" --dsn "$DSN" --once --queue t_top 2>&1 | grep '^t_' | grep -vc '^t_top ')" 0
 	if printf '%s' "$out" | grep -q $'\033'; then notok "top: --once prints no escape codes"; else ok "top: --once prints no escape codes"; fi
+	sql "SELECT queue.set_limit('t_top', 'sap', max_in_flight => 3); SELECT queue.set_limit('t_top', NULL, rate => 100, per => '1 min')" >/dev/null
+	out=$("$TOP" --dsn "$DSN" --once --queue t_top 2>&1)
+	like "top: shows a key's cap in the limits panel" "$out" 't_top +sap +0/3 '
+	like "top: shows the queue-wide rate in the limits panel" "$out" 't_top +\(whole queue\) +0 +0/100 per 00:01:00'
 	"$TOP" --dsn "host=$TMP port=1 dbname=postgres" --once >/dev/null 2>&1
 	is "top: --once exits 1 when the database is unreachable" "$?" 1
 	"$TOP" --interval 0 >/dev/null 2>&1

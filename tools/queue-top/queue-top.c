@@ -42,6 +42,7 @@
 
 #define MAX_ROWS_WORKERS	20	/* workers listed per frame */
 #define MAX_ROWS_ALERTS		10	/* open alerts listed per frame */
+#define MAX_ROWS_LIMITS		10	/* limit keys listed per frame */
 
 /* Output assembled for one frame. */
 typedef struct Frame
@@ -386,6 +387,55 @@ draw_workers(Frame *f)
 	PQclear(r);
 }
 
+/*
+ * Per-key caps and rates (the limits view), fullest first; left out where
+ * the server has no flow control (before 0.2.0).
+ */
+static void
+draw_limits(Frame *f)
+{
+	PGresult   *r;
+
+	r = query(f, "limits",
+			  "SELECT to_regclass('queue.limits') IS NOT NULL", 0);
+	if (r == NULL)
+		return;
+	if (PQntuples(r) != 1 || strcmp(PQgetvalue(r, 0, 0), "t") != 0)
+	{
+		PQclear(r);
+		return;
+	}
+	PQclear(r);
+	frame_line(f, NULL, "%s", "");
+	frame_line(f, C_BOLD C_CYAN, "%-20s %-20s %-11s %-16s %s", "LIMITS", "key", "in flight",
+			   "claims/window", "next");
+	r = query(f, "limits",
+			  "SELECT queue_name, coalesce(limit_key, '(whole queue)'),"
+			  "       in_flight || coalesce('/' || max_in_flight, ''),"
+			  "       coalesce(claims_in_window || '/' || rate || ' per ' || per, '-'),"
+			  "       CASE WHEN ready_at <= now() THEN 'ready'"
+			  "            WHEN ready_at = 'infinity' THEN '-'"
+			  "            ELSE to_char(ready_at, 'HH24:MI:SS') END,"
+			  "       (max_in_flight IS NOT NULL AND in_flight >= max_in_flight)"
+			  "         OR (rate IS NOT NULL AND claims_in_window >= rate),"
+			  "       count(*) OVER ()"
+			  "  FROM queue.limits"
+			  " WHERE ($1::text IS NULL OR queue_name = $1::text)"
+			  " ORDER BY 6 DESC, in_flight DESC, queue_name, limit_key LIMIT 10", 1);
+	if (r == NULL)
+		return;
+	if (PQntuples(r) == 0)
+		frame_line(f, C_DIM, "  (none)");
+	for (int i = 0; i < PQntuples(r); i++)
+		frame_line(f, strcmp(PQgetvalue(r, i, 5), "t") == 0 ? C_YELLOW : NULL,
+				   "%-20.20s %-20.20s %-11s %-16s %s", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
+				   PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 4));
+	if (PQntuples(r) > 0 && atoi(PQgetvalue(r, 0, 6)) > MAX_ROWS_LIMITS)
+		frame_line(f, C_DIM, "  ... %d in all (SELECT * FROM queue.limits)",
+				   atoi(PQgetvalue(r, 0, 6)));
+	PQclear(r);
+}
+
 static void
 draw_alerts(Frame *f)
 {
@@ -518,6 +568,7 @@ draw_frame(void)
 		draw_queues(&f);
 		draw_health(&f);
 		draw_workers(&f);
+		draw_limits(&f);
 		draw_alerts(&f);
 		ok = !query_failed && PQstatus(conn) == CONNECTION_OK;
 	}
