@@ -100,6 +100,11 @@ CREATE TABLE queue.item_live (
     requires         text[],                 -- labels a worker needs to be handed it
     -- this (expired) lease was counted as a lost lease already (sweep)
     lost_counted     boolean     NOT NULL DEFAULT false,
+    -- cancel() of a processing item: the lease ends as a dead letter
+    -- (cancelled) unless the item completes first
+    cancel_requested_at timestamptz,
+    cancel_requested_by text,
+    cancel_reason    text,
     PRIMARY KEY (queue_name, item_id)
 ) WITH (fillfactor = 90);
 
@@ -167,6 +172,10 @@ CREATE TABLE queue.dead_letters (
     group_pos      bigint,
     limit_key      text,
     requires       text[],
+    -- who cancelled it, when and why (reason cancelled)
+    cancel_requested_at timestamptz,
+    cancel_requested_by text,
+    cancel_reason  text,
     PRIMARY KEY (queue_name, item_id)
 );
 CREATE INDEX dead_letters_open_idx

@@ -196,7 +196,10 @@ COMMENT ON FUNCTION queue._record_failure(text, bigint, int, text, text, text, t
     IS 'Records a failed attempt (failure_log and event); returns its entry for the item''s errors';
 
 -- Move a live item to the dead letters.  p_error is the failure that
--- killed it (NULL for expiry, cancel and a lost last lease).
+-- killed it (NULL for expiry, cancel and a lost last lease).  An item
+-- whose cancel was requested while it was processing ends as cancelled,
+-- whatever ended its lease (fail, release, expiry, offline recovery), and
+-- is no failed outcome; the bot's own error report, if any, joins errors.
 CREATE FUNCTION queue._bury(p_queue text, p_item_id bigint, p_reason text,
                             p_error text, p_error_code text)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -210,6 +213,9 @@ BEGIN
     RETURNING * INTO r;
     IF NOT FOUND THEN
         RETURN;
+    END IF;
+    IF r.cancel_requested_at IS NOT NULL THEN
+        p_reason := 'cancelled';
     END IF;
 
     IF p_reason IN ('permanent', 'max_attempts') THEN
@@ -229,17 +235,24 @@ BEGIN
     ELSIF p_reason = 'expired' THEN
         r.last_error := coalesce(r.last_error, 'expired');
     ELSIF p_reason = 'cancelled' THEN
-        r.last_error := coalesce(p_error, 'cancelled');
+        IF p_error IS NOT NULL THEN
+            r.errors := r.errors || jsonb_build_array(jsonb_build_object(
+                'attempt', r.attempt, 'at', now(), 'worker', r.worker,
+                'error', p_error, 'error_code', p_error_code));
+        END IF;
+        r.last_error := coalesce(r.cancel_reason, 'cancelled');
     END IF;
 
     INSERT INTO queue.dead_letters (queue_name, item_id, payload, progress, attempts, reason,
                                     last_error, error_code, errors, dedup_key, correlation_id,
                                     enqueued_at, priority, max_attempts, worker,
-                                    group_key, group_pos, limit_key, requires)
+                                    group_key, group_pos, limit_key, requires,
+                                    cancel_requested_at, cancel_requested_by, cancel_reason)
     VALUES (p_queue, p_item_id, r.payload, r.progress, r.attempt, p_reason,
             r.last_error, r.error_code, r.errors, r.dedup_key, r.correlation_id,
             r.enqueued_at, r.base_priority, r.max_attempts, r.worker,
-            r.group_key, r.group_pos, r.limit_key, r.requires);
+            r.group_key, r.group_pos, r.limit_key, r.requires,
+            r.cancel_requested_at, r.cancel_requested_by, r.cancel_reason);
 
     PERFORM queue._event(p_queue, p_item_id,
                          CASE p_reason WHEN 'expired' THEN 'expired'
@@ -247,7 +260,10 @@ BEGIN
                                        ELSE 'dead_lettered' END,
                          r.worker, r.attempt,
                          jsonb_build_object('reason', p_reason, 'error', r.last_error,
-                                            'error_code', r.error_code));
+                                            'error_code', r.error_code)
+                         || CASE WHEN r.cancel_requested_at IS NULL THEN '{}'::jsonb
+                                 ELSE jsonb_build_object('by', r.cancel_requested_by,
+                                                         'requested_at', r.cancel_requested_at) END);
     PERFORM queue._raise_alert(p_queue, 'dead_letters',
                                format('queue %s has new dead letters', p_queue),
                                jsonb_build_object('first_item_id', p_item_id, 'reason', p_reason));
@@ -307,8 +323,9 @@ COMMENT ON FUNCTION queue._lease_lost(text, bigint) IS 'Counts an expired lease 
 
 -- End an item's current lease early as a lost lease (offline recovery, a
 -- restart): the attempt counts, with p_error; the item is claimable at
--- once, or a dead letter when that was its last attempt.  The caller has
--- locked the item.  Returns 'recovered' or 'dead' (NULL: no lease).
+-- once, or a dead letter when that was its last attempt or its cancel was
+-- requested (then cancelled, queue._bury).  The caller has locked the
+-- item.  Returns 'recovered' or 'dead' (NULL: no lease).
 CREATE FUNCTION queue._end_lease(p_queue text, p_item_id bigint, p_kind text,
                                  p_error text, p_error_code text)
 RETURNS text LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -318,12 +335,12 @@ DECLARE
     r record;
     v_entry jsonb;
 BEGIN
-    SELECT i.attempt, i.max_attempts, i.worker INTO r FROM queue.item_live i
+    SELECT i.attempt, i.max_attempts, i.worker, i.cancel_requested_at INTO r FROM queue.item_live i
      WHERE i.queue_name = p_queue AND i.item_id = p_item_id AND i.lease_token IS NOT NULL;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    IF r.attempt >= r.max_attempts THEN
+    IF r.attempt >= r.max_attempts OR r.cancel_requested_at IS NOT NULL THEN
         PERFORM queue._bury(p_queue, p_item_id, 'lease_expired', p_error, p_error_code);
         RETURN 'dead';
     END IF;

@@ -121,7 +121,8 @@ BEGIN
        SET on_hold = true, hold_reason = hold.reason, visible_at = 'infinity',
            lease_token = NULL, lease_expires_at = NULL, worker = NULL
      WHERE i.queue_name = v_name AND i.item_id = hold.item_id AND NOT i.on_hold
-       AND NOT (i.lease_token IS NOT NULL AND i.lease_expires_at > now());
+       AND NOT (i.lease_token IS NOT NULL AND i.lease_expires_at > now())
+       AND i.cancel_requested_at IS NULL;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -158,30 +159,78 @@ END
 $$;
 COMMENT ON FUNCTION queue.unhold(text, bigint) IS 'Returns an on-hold item to the queue; false for other states';
 
+-- cancel() of a queued, scheduled or on-hold item buries it at once.  Of a
+-- processing item it is a request: the row is marked (when, by whom, why)
+-- and its lease_token negated, so that extend_lease and checkpoint, which
+-- look for the bot's token, refuse the lease from then on (src/ack.c);
+-- whatever ends the lease other than complete (fail, release, expiry,
+-- offline recovery) buries it as cancelled (queue._bury).  A complete that
+-- comes first, or finds the item by either sign, wins: the work happened.
+-- The row lock orders cancel against the bot's calls, which lock the same
+-- row.
 CREATE FUNCTION queue.cancel(queue_name text, item_id bigint, reason text DEFAULT NULL)
 RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text := queue._check_name(cancel.queue_name);
+    v_by text := queue._caller()::regrole::text;
+    r record;
 BEGIN
     IF cancel.item_id IS NULL THEN
         RAISE EXCEPTION 'item_id must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
+    IF octet_length(cancel.reason) > 65536 THEN
+        RAISE EXCEPTION 'reason is longer than 64 kB' USING ERRCODE = 'program_limit_exceeded';
+    END IF;
     PERFORM queue._check_access(v_name, 'reader');
-    PERFORM 1 FROM queue.item_live i
+    SELECT i.lease_token IS NOT NULL AND i.lease_expires_at > now() AS processing,
+           i.cancel_requested_at, i.worker, i.attempt
+      INTO r
+      FROM queue.item_live i
      WHERE i.queue_name = v_name AND i.item_id = cancel.item_id
-       AND NOT (i.lease_token IS NOT NULL AND i.lease_expires_at > now())
        FOR UPDATE;
-    IF NOT FOUND THEN
+    IF NOT FOUND OR r.cancel_requested_at IS NOT NULL THEN
         RETURN false;
     END IF;
-    PERFORM queue._bury(v_name, cancel.item_id, 'cancelled', cancel.reason, NULL);
+    UPDATE queue.item_live i
+       SET cancel_requested_at = now(), cancel_requested_by = v_by, cancel_reason = cancel.reason,
+           lease_token = CASE WHEN r.processing THEN -i.lease_token ELSE i.lease_token END
+     WHERE i.queue_name = v_name AND i.item_id = cancel.item_id;
+    IF r.processing THEN
+        PERFORM queue._event(v_name, cancel.item_id, 'cancel_requested', r.worker, r.attempt,
+                             jsonb_build_object('reason', cancel.reason, 'by', v_by));
+    ELSE
+        PERFORM queue._bury(v_name, cancel.item_id, 'cancelled', NULL, NULL);
+    END IF;
     RETURN true;
 END
 $$;
 COMMENT ON FUNCTION queue.cancel(text, bigint, text)
-    IS 'Makes a queued or on-hold item a dead letter with reason cancelled; false for other states';
+    IS 'Makes a queued or on-hold item a dead letter (cancelled); marks a processing item so that its lease ends as one; false for other states';
+
+-- fail() and release() of a cancel-requested item: it ends as a dead
+-- letter (cancelled), never retried.  p_lease_token is the bot's (the
+-- item holds it negated).  False when the lease is not current.
+CREATE FUNCTION queue._cancel_end(p_queue text, p_item_id bigint, p_lease_token bigint,
+                                  p_error text, p_error_code text)
+RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM 1 FROM queue.item_live i
+     WHERE i.queue_name = p_queue AND i.item_id = p_item_id
+       AND i.lease_token = -p_lease_token AND i.cancel_requested_at IS NOT NULL
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM queue._bury(p_queue, p_item_id, 'cancelled', p_error, p_error_code);
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION queue._cancel_end(text, bigint, bigint, text, text)
+    IS 'Buries a cancel-requested item whose bot gave it back (fail or release); false if the lease is not current';
 
 -- Views -------------------------------------------------------------------
 
@@ -257,7 +306,8 @@ SELECT i.queue_name, i.item_id,
                                        AND (i.limit_key IS NOT NULL OR i.requires IS NOT NULL)))
             THEN queue._flow_waiting(i.queue_name, i.group_wait, i.priority >= 100000,
                                      i.limit_key, i.requires)
-       END AS waiting
+       END AS waiting,
+       i.cancel_requested_at, i.cancel_requested_by, i.cancel_reason
   FROM queue.item_live i
  WHERE queue._can_read(i.queue_name);
 COMMENT ON VIEW queue.items IS 'Live items: queued, scheduled, processing or on hold';
@@ -274,7 +324,8 @@ RETURNS TABLE (state text, priority int, attempt int,
                max_attempts int, payload jsonb, progress jsonb, result jsonb, worker text,
                enqueued_at timestamptz, run_at timestamptz, lease_expires_at timestamptz,
                finished_at timestamptz, last_error text, error_code text, reason text,
-               dedup_key text, correlation_id text, replayed_as bigint)
+               dedup_key text, correlation_id text, replayed_as bigint,
+               cancel_requested_at timestamptz, cancel_requested_by text, cancel_reason text)
 LANGUAGE plpgsql STABLE PARALLEL SAFE SECURITY DEFINER ROWS 1
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
@@ -291,7 +342,8 @@ BEGIN
            i.progress, NULL::jsonb, i.worker, i.enqueued_at, i.run_at,
            CASE WHEN i.lease_token IS NOT NULL THEN i.lease_expires_at END,
            NULL::timestamptz, i.last_error, i.error_code, NULL::text, i.dedup_key,
-           i.correlation_id, NULL::bigint
+           i.correlation_id, NULL::bigint,
+           i.cancel_requested_at, i.cancel_requested_by, i.cancel_reason
       FROM queue.item_live i
      WHERE i.queue_name = v_name AND i.item_id = item.item_id;
     IF FOUND THEN
@@ -301,7 +353,8 @@ BEGIN
     SELECT 'processed'::text, NULL::int, d.attempts, NULL::int,
            d.payload, d.progress, d.result, d.worker, d.enqueued_at, NULL::timestamptz,
            NULL::timestamptz, d.completed_at, NULL::text, NULL::text, NULL::text,
-           d.dedup_key, d.correlation_id, NULL::bigint
+           d.dedup_key, d.correlation_id, NULL::bigint,
+           NULL::timestamptz, NULL::text, NULL::text
       FROM queue.item_done d
      WHERE d.queue_name = v_name AND d.item_id = item.item_id;
     IF FOUND THEN
@@ -311,7 +364,8 @@ BEGIN
     SELECT 'dead'::text, x.priority, x.attempts, x.max_attempts,
            x.payload, x.progress, NULL::jsonb, x.worker, x.enqueued_at, NULL::timestamptz,
            NULL::timestamptz, x.dead_at, x.last_error, x.error_code, x.reason,
-           x.dedup_key, x.correlation_id, x.replayed_as
+           x.dedup_key, x.correlation_id, x.replayed_as,
+           x.cancel_requested_at, x.cancel_requested_by, x.cancel_reason
       FROM queue.dead_letters x
      WHERE x.queue_name = v_name AND x.item_id = item.item_id;
 END

@@ -158,7 +158,8 @@ BEGIN
            SET lease_expires_at = statement_timestamp() + q.lease_timeout,
                visible_at = statement_timestamp() + q.lease_timeout, lost_counted = false
          WHERE i.queue_name = q.queue_name AND i.worker = v_worker
-           AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0;
+           AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
+           AND i.cancel_requested_at IS NULL;
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_total := v_total + v_n;
     END LOOP;
@@ -171,7 +172,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION queue.heartbeat(text)
-    IS 'Marks the worker alive and renews the leases a live process of it tracks, in queues the caller may work; returns how many';
+    IS 'Marks the worker alive and renews the leases a live process of it tracks (not those of cancel-requested items), in queues the caller may work; returns how many';
 
 CREATE FUNCTION queue.drain_worker(worker text)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER

@@ -61,7 +61,8 @@ SELECT count(*) AS live_with_key FROM queue.items WHERE queue_name = 'q_dlq' AND
 -- case: replay of an unknown item returns NULL
 SELECT queue.replay('q_dlq', -1) IS NULL AS unknown_null;
 
--- case: cancel makes a dead letter with reason cancelled (queued or on hold only)
+-- case: cancel makes a dead letter with reason cancelled (queued or on hold);
+-- a processing item is only marked (see cancel_running), and its complete wins
 SELECT queue.enqueue('q_dlq', '{"c": 1}') AS c1 \gset
 SELECT queue.enqueue('q_dlq', '{"c": 2}') AS c2 \gset
 SELECT queue.hold('q_dlq', :c2);

@@ -11,6 +11,14 @@
  * That is the whole fencing rule, enforced by the row lock each UPDATE or
  * DELETE takes on the item.
  *
+ * cancel() of a processing item negates its lease_token (and records who,
+ * when and why, in SQL).  extend_lease() and checkpoint(), which look for
+ * the token the bot holds, then find nothing; complete() still finds the
+ * item by either sign and wins; fail() and release() of it make it a dead
+ * letter (cancelled) instead of a retry (queue._cancel_end).  The sign
+ * keeps these statements valid on a database whose schema predates the
+ * cancel columns, until ALTER EXTENSION queue UPDATE.
+ *
  * complete() moves the row to item_done in one DELETE ... RETURNING feeding
  * an INSERT.  fail() decides between a retry with backoff and a dead
  * letter; dead-lettering is an SQL function (queue._bury), off the common
@@ -59,30 +67,32 @@ static SPIPlanPtr extend_plan = NULL;
 static SPIPlanPtr extend_plan_v1 = NULL;
 static SPIPlanPtr checkpoint_plan_v1 = NULL;
 static SPIPlanPtr checkpoint_plan = NULL;
+static SPIPlanPtr cancelled_plan = NULL;
+static SPIPlanPtr cancel_end_plan = NULL;
 
 #define COMPLETE_SQL \
 	"WITH d AS (DELETE FROM queue.item_live " \
 	"            WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
-	"              AND lease_token" OP("=") "$3 " \
-	"           RETURNING *) " \
-	"INSERT INTO queue.item_done (queue_name, item_id, payload, result, attempts, worker, " \
+	"              AND pg_catalog.abs(lease_token)" OP("=") "$3 " \
+	"           RETURNING *), " \
+	"h AS (INSERT INTO queue.item_done (queue_name, item_id, payload, result, attempts, worker, " \
 	"       enqueued_at, claimed_at, completed_at, dedup_key, correlation_id, progress) " \
 	"SELECT queue_name, item_id, payload, $4, attempt, worker, enqueued_at, claimed_at, " \
-	"       pg_catalog.now(), dedup_key, correlation_id, progress FROM d " \
-	"RETURNING item_id, dedup_key, attempts, worker"
+	"       pg_catalog.now(), dedup_key, correlation_id, progress FROM d) " \
+	"SELECT item_id, dedup_key, attempt, worker, lease_token" OP("<") "0 AS cancel_requested FROM d"
 
 #define COMPLETE_BATCH_SQL \
 	"WITH d AS (DELETE FROM queue.item_live i " \
 	"            USING ROWS FROM (pg_catalog.unnest($2::pg_catalog.int8[]), " \
 	"                             pg_catalog.unnest($3::pg_catalog.int8[])) AS u(id, tok) " \
 	"            WHERE i.queue_name" OP("=") "$1 AND i.item_id" OP("=") "ANY ($2) " \
-	"              AND i.item_id" OP("=") "u.id AND i.lease_token" OP("=") "u.tok " \
-	"           RETURNING i.*) " \
-	"INSERT INTO queue.item_done (queue_name, item_id, payload, result, attempts, worker, " \
+	"              AND i.item_id" OP("=") "u.id AND pg_catalog.abs(i.lease_token)" OP("=") "u.tok " \
+	"           RETURNING i.*), " \
+	"h AS (INSERT INTO queue.item_done (queue_name, item_id, payload, result, attempts, worker, " \
 	"       enqueued_at, claimed_at, completed_at, dedup_key, correlation_id, progress) " \
 	"SELECT queue_name, item_id, payload, $4, attempt, worker, enqueued_at, claimed_at, " \
-	"       pg_catalog.now(), dedup_key, correlation_id, progress FROM d " \
-	"RETURNING item_id, dedup_key, attempts, worker"
+	"       pg_catalog.now(), dedup_key, correlation_id, progress FROM d) " \
+	"SELECT item_id, dedup_key, attempt, worker, lease_token" OP("<") "0 AS cancel_requested FROM d"
 
 #define DEDUP_DONE_SQL \
 	"INSERT INTO queue.dedup_done (queue_name, dedup_key, item_id, completed_at) " \
@@ -105,9 +115,20 @@ static SPIPlanPtr checkpoint_plan = NULL;
 	"                  pg_catalog.unnest($4::pg_catalog.int4[])) AS u(i, w, a)"
 
 #define FAIL_LOCK_SQL \
-	"SELECT attempt, max_attempts, worker FROM queue.item_live " \
+	"SELECT attempt, max_attempts, worker, lease_token" OP("<") "0 AS cancel_requested " \
+	"  FROM queue.item_live " \
 	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
-	"   AND lease_token" OP("=") "$3 FOR UPDATE"
+	"   AND pg_catalog.abs(lease_token)" OP("=") "$3 FOR UPDATE"
+
+/* is the caller's lease one whose cancel was requested? */
+#define CANCELLED_SQL \
+	"SELECT worker FROM queue.item_live " \
+	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
+	"   AND lease_token" OP("=") "(" OP("-") "$3) AND lease_token" OP("<") "0"
+
+/* fail() or release() of a cancel-requested item: a dead letter (cancelled) */
+#define CANCEL_END_SQL \
+	"SELECT queue._cancel_end($1, $2, $3, $4, $5)"
 
 #define FAILURE_LOG_SQL \
 	"INSERT INTO queue.failure_log (queue_name, item_id, attempt, worker, kind, error_code, error) " \
@@ -137,7 +158,7 @@ static SPIPlanPtr checkpoint_plan = NULL;
 	"  FROM (SELECT x.worker FROM queue.item_live x " \
 	"         WHERE x.queue_name" OP("=") "$1 AND x.item_id" OP("=") "$2) held " \
 	" WHERE i.queue_name" OP("=") "$1 AND i.item_id" OP("=") "$2 " \
-	"   AND i.lease_token" OP("=") "$3 " \
+	"   AND i.lease_token" OP("=") "$3 AND i.lease_token" OP(">") "0 " \
 	"RETURNING i.attempt, held.worker"
 
 #define EXTEND_SQL_WITH(session) \
@@ -146,7 +167,7 @@ static SPIPlanPtr checkpoint_plan = NULL;
 	"       visible_at = pg_catalog.statement_timestamp()" OP("+") "$4 " \
 	session \
 	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
-	"   AND lease_token" OP("=") "$3 " \
+	"   AND lease_token" OP("=") "$3 AND lease_token" OP(">") "0 " \
 	"RETURNING lease_expires_at, worker"
 
 #define CHECKPOINT_SQL_WITH(session) \
@@ -154,7 +175,7 @@ static SPIPlanPtr checkpoint_plan = NULL;
 	"   SET progress = coalesce(progress, '{}'::pg_catalog.jsonb)" OP("||") "$4 " \
 	session \
 	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
-	"   AND lease_token" OP("=") "$3 " \
+	"   AND lease_token" OP("=") "$3 AND lease_token" OP(">") "0 " \
 	"RETURNING progress, worker"
 
 /* Extending or checkpointing a lease binds it to the calling connection
@@ -185,6 +206,61 @@ begin_lease_call(FunctionCallInfo fcinfo, QueueConfig *cfg)
 }
 
 /*
+ * A completion that overtook a cancel request is recorded whatever the
+ * audit level leaves out of completions ('none' still keeps nothing), so
+ * that the events show the request and the completion that won.
+ */
+static void
+log_completion(const char *queue_name, char audit, int64 item_id, const char *worker,
+			   int32 attempt, bool cancel_requested)
+{
+	if (!cancel_requested)
+		queue_log_event(queue_name, audit, item_id, "completed", worker, attempt, NULL);
+	else
+		queue_log_event(queue_name, audit == 'n' ? 'n' : 'a', item_id, "completed", worker,
+						attempt, "{\"cancel_requested\": true}");
+}
+
+/*
+ * fail() or release() of an item whose cancel was requested: it becomes a
+ * dead letter (cancelled), with the bot's error, if any, in its errors,
+ * and counts as no outcome (a probe is given back).  error_arg and
+ * error_code_arg are the caller's argument numbers, -1 for none.  True when
+ * the lease was current.
+ */
+static bool
+end_cancelled(const QueueConfig *cfg, Datum *values, FunctionCallInfo fcinfo,
+			  int error_arg, int error_code_arg)
+{
+	Oid			t[5] = {TEXTOID, INT8OID, INT8OID, TEXTOID, TEXTOID};
+	Datum		v[5];
+	char		n[5] = {' ', ' ', ' ', 'n', 'n'};
+	bool		isnull;
+	bool		done;
+
+	v[0] = values[0];
+	v[1] = values[1];
+	v[2] = values[2];
+	v[3] = v[4] = (Datum) 0;
+	if (error_arg >= 0 && !PG_ARGISNULL(error_arg))
+	{
+		v[3] = PG_GETARG_DATUM(error_arg);
+		n[3] = ' ';
+	}
+	if (error_code_arg >= 0 && !PG_ARGISNULL(error_code_arg))
+	{
+		v[4] = PG_GETARG_DATUM(error_code_arg);
+		n[4] = ' ';
+	}
+	queue_spi_exec_one(queue_prepare_cached(&cancel_end_plan, CANCEL_END_SQL, 5, t),
+					   v, n, false, 0, SPI_OK_SELECT, "ending cancelled item");
+	done = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (done)
+		queue_breaker_released(cfg, values[0], DatumGetInt64(values[1]));
+	return done;
+}
+
+/*
  * queue.complete(queue_name text, item_id bigint, lease_token bigint,
  *				  result jsonb = NULL) returns boolean
  *
@@ -210,7 +286,7 @@ queue_complete(PG_FUNCTION_ARGS)
 	if (PG_ARGISNULL(3))
 		nulls[3] = 'n';
 	queue_spi_exec(queue_prepare_cached(&complete_plan, COMPLETE_SQL, 4, argtypes),
-				   values, nulls, false, 0, SPI_OK_INSERT_RETURNING, "completing item");
+				   values, nulls, false, 0, SPI_OK_SELECT, "completing item");
 	done = (SPI_processed == 1);
 	if (done)
 	{
@@ -221,6 +297,7 @@ queue_complete(PG_FUNCTION_ARGS)
 		Datum		key = SPI_getbinval(tup, desc, 2, &key_null);
 		int32		attempts = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
 		char	   *worker = SPI_getvalue(tup, desc, 4);
+		bool		cancel_requested = DatumGetBool(SPI_getbinval(tup, desc, 5, &isnull));
 
 		if (!key_null && cfg.has_dedup_window)
 		{
@@ -233,8 +310,8 @@ queue_complete(PG_FUNCTION_ARGS)
 			queue_spi_exec(queue_prepare_cached(&dedup_done_plan, DEDUP_DONE_SQL, 3, dt),
 						   dv, NULL, false, 0, SPI_OK_INSERT, "recording dedup key");
 		}
-		queue_log_event(queue_name, cfg.audit, DatumGetInt64(values[1]), "completed",
-						worker, attempts, NULL);
+		log_completion(queue_name, cfg.audit, DatumGetInt64(values[1]), worker, attempts,
+					   cancel_requested);
 		queue_breaker_outcome(&cfg, values[0], DatumGetInt64(values[1]), true);
 		if (worker != NULL)
 			queue_worker_alive(CStringGetTextDatum(worker));
@@ -264,6 +341,7 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 	int			ndone;
 	char	  **alive;
 	int			nalive = 0;
+	SPITupleTable *done_rows;
 
 	queue_check_not_null(PG_ARGISNULL(1), "item_ids");
 	queue_check_not_null(PG_ARGISNULL(2), "lease_tokens");
@@ -292,8 +370,24 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 	if (PG_ARGISNULL(3))
 		nulls[3] = 'n';
 	queue_spi_exec(queue_prepare_cached(&complete_batch_plan, COMPLETE_BATCH_SQL, 4, argtypes),
-				   values, nulls, false, 0, SPI_OK_INSERT_RETURNING, "completing items");
+				   values, nulls, false, 0, SPI_OK_SELECT, "completing items");
 	ndone = (int) SPI_processed;
+	done_rows = SPI_tuptable;
+
+	/* completions that overtook a cancel request ('all' records every one below) */
+	for (int r = 0; r < ndone && cfg.audit == 'f'; r++)
+	{
+		HeapTuple	tup = done_rows->vals[r];
+		TupleDesc	desc = done_rows->tupdesc;
+		bool		isnull;
+
+		CHECK_FOR_INTERRUPTS();
+		if (DatumGetBool(SPI_getbinval(tup, desc, 5, &isnull)))
+			log_completion(queue_name, cfg.audit,
+						   DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull)),
+						   SPI_getvalue(tup, desc, 4),
+						   DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull)), true);
+	}
 
 	/*
 	 * Each worker of the batch (usually one) gave a sign of life, below:
@@ -303,7 +397,7 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 	alive = palloc(sizeof(char *) * Max(ndone, 1));
 	for (int r = 0; r < ndone; r++)
 	{
-		char	   *w = SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 4);
+		char	   *w = SPI_getvalue(done_rows->vals[r], done_rows->tupdesc, 4);
 
 		CHECK_FOR_INTERRUPTS();
 		if (w != NULL)
@@ -313,7 +407,7 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 
 	if (ndone > 0 && (cfg.has_dedup_window || cfg.audit == 'a' || cfg.breaker_state == 'p'))
 	{
-		SPITupleTable *tt = SPI_tuptable;
+		SPITupleTable *tt = done_rows;
 		Datum	   *done_ids = palloc(sizeof(Datum) * ndone);
 		Datum	   *keys = palloc(sizeof(Datum) * ndone);
 		bool	   *key_nulls = palloc(sizeof(bool) * ndone);
@@ -451,6 +545,15 @@ queue_fail(PG_FUNCTION_ARGS)
 	max_attempts = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	worker = SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &worker_null),
 							   false, -1);
+	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull)))
+	{
+		/* cancel requested: a dead letter, no retry and no failed outcome */
+		end_cancelled(&cfg, values, fcinfo, 3, 4);
+		if (!worker_null)
+			queue_worker_alive(worker);
+		queue_spi_finish();
+		PG_RETURN_TEXT_P(cstring_to_text("dead"));
+	}
 	dead = permanent || attempt >= max_attempts;
 
 	/* the failed attempt, for failed_1h, the breaker and worker stats */
@@ -571,6 +674,22 @@ queue_release(PG_FUNCTION_ARGS)
 		queue_breaker_released(&cfg, values[0], DatumGetInt64(values[1]));
 		if (worker != NULL)
 			queue_worker_alive(CStringGetTextDatum(worker));
+	}
+	else
+	{
+		/* NB: a cancel-requested lease (negated token) ends here instead */
+		Oid			t[3] = {TEXTOID, INT8OID, INT8OID};
+
+		queue_spi_exec(queue_prepare_cached(&cancelled_plan, CANCELLED_SQL, 3, t),
+					   values, NULL, true, 1, SPI_OK_SELECT, "looking for a cancel request");
+		if (SPI_processed == 1)
+		{
+			char	   *worker = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+
+			done = end_cancelled(&cfg, values, fcinfo, -1, -1);
+			if (done && worker != NULL)
+				queue_worker_alive(CStringGetTextDatum(worker));
+		}
 	}
 	queue_spi_finish();
 	PG_RETURN_BOOL(done);

@@ -17,6 +17,8 @@
  * expires_at, or a lost lease whose attempts are spent) come back flagged
  * from the same statement; they are dead-lettered on the spot, up to
  * DEQUEUE_MAX_BURIED per call, and the claim repeats for what is missing.
+ * A lost lease of an item whose cancel was requested (a negated token, see
+ * ack.c) counts as spent: it is buried (cancelled), never re-run.
  *
  * Gates before the claim, in order: paused queue or open breaker (whose
  * single half-open probe breaker.c grants), worker
@@ -121,7 +123,8 @@ static SPIPlanPtr lane_claim_plan = NULL;
 	"  SELECT i.item_id, i.priority AS prio, i.visible_at AS since, " \
 	"         " lost " AS lost, " \
 	"         (i.expires_at IS NOT NULL AND i.expires_at" OP("<=") "pg_catalog.statement_timestamp()) AS expired, " \
-	"         (i.lease_token IS NOT NULL AND i.attempt" OP(">=") "i.max_attempts) AS spent " \
+	"         (i.lease_token IS NOT NULL AND (i.attempt" OP(">=") "i.max_attempts " \
+	"                                        OR i.lease_token" OP("<") "0)) AS spent " \
 	"    FROM queue.item_live i " \
 	"   WHERE i.queue_name" OP("=") "$1 " \
 	"     AND i.visible_at" OP("<=") "pg_catalog.statement_timestamp() " \

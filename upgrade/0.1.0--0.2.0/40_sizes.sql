@@ -22,7 +22,8 @@ BEGIN
        SET on_hold = true, hold_reason = hold.reason, visible_at = 'infinity',
            lease_token = NULL, lease_expires_at = NULL, worker = NULL
      WHERE i.queue_name = v_name AND i.item_id = hold.item_id AND NOT i.on_hold
-       AND NOT (i.lease_token IS NOT NULL AND i.lease_expires_at > now());
+       AND NOT (i.lease_token IS NOT NULL AND i.lease_expires_at > now())
+       AND i.cancel_requested_at IS NULL;
     IF NOT FOUND THEN
         RETURN false;
     END IF;

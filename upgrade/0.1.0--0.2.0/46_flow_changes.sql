@@ -405,7 +405,8 @@ SELECT i.queue_name, i.item_id,
                                        AND (i.limit_key IS NOT NULL OR i.requires IS NOT NULL)))
             THEN queue._flow_waiting(i.queue_name, i.group_wait, i.priority >= 100000,
                                      i.limit_key, i.requires)
-       END AS waiting
+       END AS waiting,
+       i.cancel_requested_at, i.cancel_requested_by, i.cancel_reason
   FROM queue.item_live i
  WHERE queue._can_read(i.queue_name);
 COMMENT ON VIEW queue.items IS 'Live items: queued, scheduled, processing or on hold';
