@@ -107,9 +107,16 @@ SELECT cron, payload, priority, last_tick IS NOT NULL AS kept_tick, last_item_id
        to_char(next_tick AT TIME ZONE 'GMT', 'HH24:MI') AS next_at, created_at < updated_at AS updated
   FROM queue.schedules WHERE name = 'month-end';
 
--- case: group_key and limit_key are kept with the schedule
-SELECT queue.schedule('s_other', 'keyed', '0 6 * * mon-fri', '{}', group_key => 'ledger', limit_key => 'erp');
+-- case: group_key and limit_key are kept with the schedule and given to
+-- the items its ticks enqueue
+SELECT queue.schedule('s_other', 'keyed', '0 6 * * mon-fri', '{"keyed": true}', group_key => 'ledger', limit_key => 'erp');
 SELECT name, group_key, limit_key FROM queue.schedules WHERE name = 'keyed';
+UPDATE queue.schedule_config SET next_tick = queue._cron_tick(cron, now(), false)
+ WHERE queue_name = 's_other' AND name = 'keyed';
+SELECT queue.run_schedules() AS enqueued;
+SELECT i.group_key, i.limit_key, i.dedup_key LIKE 'schedule:keyed:%' AS keyed_by_tick
+  FROM queue.items i JOIN queue.schedules s ON s.last_item_id = i.item_id
+ WHERE s.name = 'keyed';
 SELECT queue.unschedule('s_other', 'keyed');
 
 -- case: the audit trail names who scheduled what
