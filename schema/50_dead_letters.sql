@@ -12,6 +12,8 @@ DECLARE
     c queue.queue_config;
     v_payload jsonb;
     v_new bigint;
+    v_held boolean := false;
+    v_try int;
 BEGIN
     IF replay.item_id IS NULL THEN
         RAISE EXCEPTION 'item_id must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -34,20 +36,32 @@ BEGIN
 
     -- a group member keeps its place in line (group_pos): the replay of a
     -- head that blocked its group becomes the head
-    INSERT INTO queue.item_live AS i (queue_name, priority, visible_at, base_priority, run_at,
-                                      max_attempts, expires_at, dedup_key, correlation_id,
-                                      payload, progress, group_key, group_pos, limit_key, requires)
-    VALUES (v_name, x.priority, now(), x.priority, now(),
-            coalesce(x.max_attempts, c.max_attempts), now() + c.item_ttl,
-            x.dedup_key, x.correlation_id, v_payload, x.progress,
-            x.group_key, x.group_pos, x.limit_key, x.requires)
-    ON CONFLICT (queue_name, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
-    RETURNING i.item_id INTO v_new;
-    IF v_new IS NULL THEN
-        -- the key is held by a live item: that item stands for the replay
+    -- NB: a live item holding the key stands for the replay; if it ends
+    -- (completes, dies) between the INSERT and the lookup, the key is free
+    -- and the INSERT is tried again
+    FOR v_try IN 1..3 LOOP
+        INSERT INTO queue.item_live AS i (queue_name, priority, visible_at, base_priority, run_at,
+                                          max_attempts, expires_at, dedup_key, correlation_id,
+                                          payload, progress, group_key, group_pos, limit_key, requires)
+        VALUES (v_name, x.priority, now(), x.priority, now(),
+                coalesce(x.max_attempts, c.max_attempts), now() + c.item_ttl,
+                x.dedup_key, x.correlation_id, v_payload, x.progress,
+                x.group_key, x.group_pos, x.limit_key, x.requires)
+        ON CONFLICT (queue_name, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+        RETURNING i.item_id INTO v_new;
+        EXIT WHEN v_new IS NOT NULL;
         SELECT i.item_id INTO v_new FROM queue.item_live i
          WHERE i.queue_name = v_name AND i.dedup_key = x.dedup_key;
-    ELSIF c.notify THEN
+        IF v_new IS NOT NULL THEN
+            v_held := true;
+            EXIT;
+        END IF;
+    END LOOP;
+    IF v_new IS NULL THEN
+        RAISE EXCEPTION 'could not settle dedup_key conflict on queue "%"', v_name
+            USING ERRCODE = 'serialization_failure', HINT = 'Retry the transaction.';
+    END IF;
+    IF NOT v_held AND c.notify THEN
         PERFORM pg_notify('queue_' || v_name, '');
     END IF;
 
@@ -83,6 +97,13 @@ BEGIN
            AND (replay_all.since IS NULL OR d.dead_at >= replay_all.since)
          ORDER BY d.dead_at, d.item_id
     LOOP
+        -- a letter another session is replaying, or has replayed since the
+        -- list was read, is skipped, not waited for
+        PERFORM 1 FROM queue.dead_letters d
+         WHERE d.queue_name = v_name AND d.item_id = v_id
+           AND d.replayed_as IS NULL AND d.review_status IN ('new', 'in_review')
+           FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
         PERFORM queue.replay(v_name, v_id);
         v_n := v_n + 1;
     END LOOP;

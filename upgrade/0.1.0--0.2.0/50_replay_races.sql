@@ -1,0 +1,114 @@
+-- replay: a key holder that ends meanwhile frees the key (the insert is
+-- tried again); replay_all skips letters a concurrent replay has taken.
+
+CREATE OR REPLACE FUNCTION queue.replay(queue_name text, item_id bigint, payload jsonb DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text := queue._check_name(replay.queue_name);
+    x queue.dead_letters;
+    c queue.queue_config;
+    v_payload jsonb;
+    v_new bigint;
+    v_held boolean := false;
+    v_try int;
+BEGIN
+    IF replay.item_id IS NULL THEN
+        RAISE EXCEPTION 'item_id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM queue._check_access(v_name, 'reader');
+    SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = v_name;
+    SELECT * INTO x FROM queue.dead_letters d
+     WHERE d.queue_name = v_name AND d.item_id = replay.item_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF x.replayed_as IS NOT NULL THEN
+        RAISE EXCEPTION 'dead letter % of queue "%" was already replayed as item %',
+                        x.item_id, v_name, x.replayed_as
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = format('Follow item %s instead.', x.replayed_as);
+    END IF;
+    v_payload := coalesce(replay.payload, x.payload);
+    PERFORM queue._check_payload(v_payload);
+
+    -- a group member keeps its place in line (group_pos): the replay of a
+    -- head that blocked its group becomes the head
+    -- NB: a live item holding the key stands for the replay; if it ends
+    -- (completes, dies) between the INSERT and the lookup, the key is free
+    -- and the INSERT is tried again
+    FOR v_try IN 1..3 LOOP
+        INSERT INTO queue.item_live AS i (queue_name, priority, visible_at, base_priority, run_at,
+                                          max_attempts, expires_at, dedup_key, correlation_id,
+                                          payload, progress, group_key, group_pos, limit_key, requires)
+        VALUES (v_name, x.priority, now(), x.priority, now(),
+                coalesce(x.max_attempts, c.max_attempts), now() + c.item_ttl,
+                x.dedup_key, x.correlation_id, v_payload, x.progress,
+                x.group_key, x.group_pos, x.limit_key, x.requires)
+        ON CONFLICT (queue_name, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+        RETURNING i.item_id INTO v_new;
+        EXIT WHEN v_new IS NOT NULL;
+        SELECT i.item_id INTO v_new FROM queue.item_live i
+         WHERE i.queue_name = v_name AND i.dedup_key = x.dedup_key;
+        IF v_new IS NOT NULL THEN
+            v_held := true;
+            EXIT;
+        END IF;
+    END LOOP;
+    IF v_new IS NULL THEN
+        RAISE EXCEPTION 'could not settle dedup_key conflict on queue "%"', v_name
+            USING ERRCODE = 'serialization_failure', HINT = 'Retry the transaction.';
+    END IF;
+    IF NOT v_held AND c.notify THEN
+        PERFORM pg_notify('queue_' || v_name, '');
+    END IF;
+
+    UPDATE queue.dead_letters d
+       SET review_status = 'resolved', replayed_as = v_new, reviewed_at = now()
+     WHERE d.queue_name = v_name AND d.item_id = x.item_id;
+    PERFORM queue._event(v_name, x.item_id, 'replayed', NULL, NULL,
+                         jsonb_build_object('replayed_as', v_new,
+                                            'payload_changed', replay.payload IS NOT NULL));
+    RETURN v_new;
+END
+$$;
+COMMENT ON FUNCTION queue.replay(text, bigint, jsonb)
+    IS 'Re-enqueues a dead letter with attempts reset and its progress kept; returns the new item id';
+
+CREATE OR REPLACE FUNCTION queue.replay_all(queue_name text, error_code text DEFAULT NULL,
+                                 since timestamptz DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text := queue._check_name(replay_all.queue_name);
+    v_id bigint;
+    v_n bigint := 0;
+BEGIN
+    PERFORM queue._check_access(v_name, 'reader');
+    FOR v_id IN
+        SELECT d.item_id FROM queue.dead_letters d
+         WHERE d.queue_name = v_name
+           AND d.review_status IN ('new', 'in_review')
+           AND d.replayed_as IS NULL
+           AND (replay_all.error_code IS NULL OR d.error_code = replay_all.error_code)
+           AND (replay_all.since IS NULL OR d.dead_at >= replay_all.since)
+         ORDER BY d.dead_at, d.item_id
+    LOOP
+        -- a letter another session is replaying, or has replayed since the
+        -- list was read, is skipped, not waited for
+        PERFORM 1 FROM queue.dead_letters d
+         WHERE d.queue_name = v_name AND d.item_id = v_id
+           AND d.replayed_as IS NULL AND d.review_status IN ('new', 'in_review')
+           FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        PERFORM queue.replay(v_name, v_id);
+        v_n := v_n + 1;
+    END LOOP;
+    RETURN v_n;
+END
+$$;
+COMMENT ON FUNCTION queue.replay_all(text, text, timestamptz)
+    IS 'Replays every dead letter still new or in review, optionally of one error_code or dead since a time';
+
