@@ -184,6 +184,17 @@ SELECT queue.drop_limit('fs', 'm');
 SELECT take('fs', 'w1');
 SELECT count(*) AS banded FROM queue.item_live WHERE queue_name = 'fs' AND priority >= 100000;
 
+-- case: priority aging ages a limited key's items within their band
+SELECT queue.create_queue('fa', priority_aging => '1 s');
+SELECT queue.set_limit('fa', 'ak', max_in_flight => 5);
+SELECT count(queue.enqueue('fa', '{"n": "a1"}', priority => 5, limit_key => 'ak')) AS enqueued;
+UPDATE queue.item_live SET enqueued_at = now() - interval '3.5 s', visible_at = now() - interval '3.5 s'
+ WHERE queue_name = 'fa';
+SELECT aged FROM queue.sweep('fa');
+SELECT aged FROM queue.sweep('fa');
+SELECT priority, effective_priority FROM queue.items WHERE queue_name = 'fa';
+SELECT take('fa', 'w1');
+
 -- case: a rate allows that many claims per window, retries included
 SELECT queue.create_queue('fq');
 SELECT queue.set_limit('fq', 'crm', rate => 3, per => '1 h');
@@ -257,7 +268,7 @@ SELECT count(*) AS open_unroutable FROM queue.alerts
 -- case: dropping a queue takes its groups and limits along
 SELECT count(*) FROM (SELECT queue.drop_queue(q, force => true)
                         FROM unnest(ARRAY['fg', 'fp', 'fr', 'fh', 'fd', 'fb', 'fx', 'fe', 'fl',
-                                          'fs', 'fq', 'fw', 'ft', 'fv', 'fk', 'fu']) q) d;
+                                          'fs', 'fq', 'fw', 'ft', 'fv', 'fk', 'fu', 'fa']) q) d;
 SELECT (SELECT count(*) FROM queue.flow_group) AS groups, (SELECT count(*) FROM queue.flow_limit) AS limits,
        (SELECT count(*) FROM queue.flow_claim) AS claims;
 DELETE FROM queue.worker_registry WHERE worker IN ('unlabelled', 'bot-x', 'w1', 'w2', 'wv', 'mainframe-bot');

@@ -251,7 +251,7 @@ BEGIN
     -- without aging, items claim at the priority they were given
     IF c.priority_aging IS NULL THEN
         UPDATE queue.item_live i SET priority = i.base_priority
-         WHERE i.queue_name = v_name AND i.priority <> i.base_priority;
+         WHERE i.queue_name = v_name AND i.priority % 100000 <> i.base_priority;   -- band kept
     END IF;
     -- a queue without a breaker cannot stay paused by one; the
     -- operator's pause stays (operator before breaker)

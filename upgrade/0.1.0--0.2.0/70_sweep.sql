@@ -250,7 +250,8 @@ BEGIN
              WHERE i.queue_name = p_queue
                AND i.visible_at <= v_now - c.priority_aging
                AND NOT i.on_hold
-               AND i.priority <> greatest(0, i.base_priority
+               -- (a limited key's items keep their band, 45_flow.sql)
+               AND i.priority % 100000 <> greatest(0, i.base_priority
                                - floor(extract(epoch FROM v_now - greatest(i.enqueued_at, i.visible_at))
                                        / v_aging))::int
              ORDER BY i.item_id
