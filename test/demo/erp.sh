@@ -12,10 +12,13 @@
 #   - one invoice marked "slow" takes 15 s, longer than the 6 s lease,
 #       so the bot has to keep its lease alive;
 #   - the rest book in ERP_LATENCY seconds and print the ERP document as
-#       JSON on stdout, which becomes the item's result.
+#       JSON on stdout, which becomes the item's result; an invoice of a
+#       statement run (booked in order) also gives the booking's start and
+#       end on this machine's clock, so the report can check the order.
 # The last stderr line starts with an error code ("ERP_TIMEOUT: ..."),
 # which queue-worker records as the failure's error_code.
-# Shell built-ins only, apart from sleep: the demo runs thousands of these.
+# Shell built-ins only, apart from sleep (and date for statement runs):
+# the demo runs thousands of these.
 
 IFS= read -r payload || true
 flag=${ERP_OUTAGE_FLAG:-/nonexistent}
@@ -40,6 +43,11 @@ if [ $(((QUEUE_ITEM_ID * 7919 + QUEUE_ATTEMPT * 104729) % 100)) -lt 2 ]; then
 	exit 75
 fi
 
+started=
+case $payload in
+*'"statement_run": "'*) started=$(date +%s.%N) ;;
+esac
+
 case $payload in
 *'"slow": true'*)
 	# short sleeps, so nothing outlives a killed bot for long
@@ -52,4 +60,9 @@ case $payload in
 	;;
 esac
 
-printf '{"erp_document": "DOC-%s", "attempt": %s}\n' "$QUEUE_ITEM_ID" "$QUEUE_ATTEMPT"
+if [ -n "$started" ]; then
+	printf '{"erp_document": "DOC-%s", "attempt": %s, "started": %s, "finished": %s}\n' \
+		"$QUEUE_ITEM_ID" "$QUEUE_ATTEMPT" "$started" "$(date +%s.%N)"
+else
+	printf '{"erp_document": "DOC-%s", "attempt": %s}\n' "$QUEUE_ITEM_ID" "$QUEUE_ATTEMPT"
+fi
