@@ -266,7 +266,7 @@ if want lease; then
 	# a worker that stalls past its lease loses the item to another claimant
 	sql "SELECT queue.create_queue('t_lost', lease_timeout => '2 s')" >/dev/null
 	sql "SELECT queue.enqueue('t_lost', '{\"n\": 1}')" >/dev/null
-	bg_worker t_lost lost1 --idle-exit 2s --exec "sleep 4; touch '$TMP/lost-finished'"
+	bg_worker t_lost lost1 --idle-exit 2s --exec "sleep 10; touch '$TMP/lost-finished'"
 	w=$BG
 	wait_for 10 "SELECT count(*) = 1 FROM queue.items WHERE queue_name = 't_lost' AND state = 'processing'"
 	kill -STOP "$w"
