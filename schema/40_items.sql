@@ -180,9 +180,7 @@ BEGIN
     IF cancel.item_id IS NULL THEN
         RAISE EXCEPTION 'item_id must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    IF octet_length(cancel.reason) > 65536 THEN
-        RAISE EXCEPTION 'reason is longer than 64 kB' USING ERRCODE = 'program_limit_exceeded';
-    END IF;
+    PERFORM queue._check_text(cancel.reason, 'reason');
     PERFORM queue._check_access(v_name, 'reader');
     SELECT i.lease_token IS NOT NULL AND i.lease_expires_at > now() AS processing,
            i.cancel_requested_at, i.worker, i.attempt

@@ -37,6 +37,7 @@ SELECT queue.enqueue('q_sz', '{}', group_key => repeat('g', 65537));
 SELECT queue.enqueue('q_sz', '{}', limit_key => repeat('l', 65537));
 SELECT queue.enqueue('q_sz', '{}', requires => array_fill(repeat('r', 1000), ARRAY[70]));
 SELECT queue.enqueue_batch('q_sz', ARRAY['{}']::jsonb[], requires => array_fill(repeat('r', 1000), ARRAY[70]));
+SELECT queue.schedule('q_sz', 'big_key', '* * * * *', '{}', group_key => repeat('g', 65537));
 SELECT count(*) AS live FROM queue.items WHERE queue_name = 'q_sz';
 
 -- case: operator texts stored with an item: hold's reason, review's note

@@ -269,11 +269,8 @@ BEGIN
         RAISE EXCEPTION 'priority must be between 0 and 1000, not %', schedule.priority
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF octet_length(schedule.group_key) > 65536 OR octet_length(schedule.limit_key) > 65536 THEN
-        RAISE EXCEPTION '% is longer than 64 kB',
-                        CASE WHEN octet_length(schedule.group_key) > 65536 THEN 'group_key' ELSE 'limit_key' END
-            USING ERRCODE = 'program_limit_exceeded';
-    END IF;
+    PERFORM queue._check_text(schedule.group_key, 'group_key');
+    PERFORM queue._check_text(schedule.limit_key, 'limit_key');
     PERFORM queue._check_payload(schedule.payload);
     v_next := queue._cron_tick(schedule.cron, now(), true);
     IF v_next IS NULL THEN
