@@ -141,6 +141,7 @@ DECLARE
     v_session bigint := queue._session_key();
     v_prev bigint;
     q record;
+    r record;
     v_n int;
     v_total int := 0;
 BEGIN
@@ -156,12 +157,27 @@ BEGIN
         -- a lease runs from this statement, not from the transaction's start
         UPDATE queue.item_live i
            SET lease_expires_at = statement_timestamp() + q.lease_timeout,
-               visible_at = statement_timestamp() + q.lease_timeout, lost_counted = false
+               visible_at = statement_timestamp() + q.lease_timeout
          WHERE i.queue_name = q.queue_name AND i.worker = v_worker
            AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
-           AND i.cancel_requested_at IS NULL;
+           AND i.cancel_requested_at IS NULL
+           AND i.lease_expires_at > statement_timestamp();
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_total := v_total + v_n;
+        -- caps stay exact: an expired lease nobody re-claimed is revived
+        -- like a claim, by extend_lease, which refuses it where a cap is full
+        FOR r IN
+            SELECT i.item_id, i.lease_token FROM queue.item_live i
+             WHERE i.queue_name = q.queue_name AND i.worker = v_worker
+               AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
+               AND i.cancel_requested_at IS NULL
+               AND i.lease_expires_at <= statement_timestamp()
+             ORDER BY i.item_id
+        LOOP
+            IF queue.extend_lease(q.queue_name, r.item_id, r.lease_token, q.lease_timeout) IS NOT NULL THEN
+                v_total := v_total + 1;
+            END IF;
+        END LOOP;
     END LOOP;
     INSERT INTO queue.worker_registry AS w (worker, registered_by, session)
     VALUES (v_worker, queue._caller()::regrole, v_session)

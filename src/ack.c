@@ -65,6 +65,9 @@ static SPIPlanPtr bury_plan = NULL;
 static SPIPlanPtr release_plan = NULL;
 static SPIPlanPtr extend_plan = NULL;
 static SPIPlanPtr extend_plan_v1 = NULL;
+static SPIPlanPtr revive_lock_plan = NULL;
+static SPIPlanPtr revive_plan = NULL;
+static SPIPlanPtr revive_plan_v1 = NULL;
 static SPIPlanPtr checkpoint_plan_v1 = NULL;
 static SPIPlanPtr checkpoint_plan = NULL;
 static SPIPlanPtr cancelled_plan = NULL;
@@ -161,14 +164,23 @@ static SPIPlanPtr cancel_end_plan = NULL;
 	"   AND i.lease_token" OP("=") "$3 AND i.lease_token" OP(">") "0 " \
 	"RETURNING i.attempt, held.worker"
 
-#define EXTEND_SQL_WITH(session) \
+#define EXTEND_SQL_WITH(session, cond) \
 	"UPDATE queue.item_live " \
 	"   SET lease_expires_at = pg_catalog.statement_timestamp()" OP("+") "$4, " \
 	"       visible_at = pg_catalog.statement_timestamp()" OP("+") "$4 " \
 	session \
 	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
-	"   AND lease_token" OP("=") "$3 AND lease_token" OP(">") "0 " \
+	"   AND lease_token" OP("=") "$3 AND lease_token" OP(">") "0 " cond \
 	"RETURNING lease_expires_at, worker"
+
+/* an unexpired lease: the common case, no cap is touched */
+#define EXTEND_CURRENT " AND lease_expires_at" OP(">") "pg_catalog.statement_timestamp() "
+
+/* an expired lease nobody re-claimed: locked before the caps are asked */
+#define REVIVE_LOCK_SQL \
+	"SELECT worker, cap_stripe FROM queue.item_live " \
+	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
+	"   AND lease_token" OP("=") "$3 AND lease_token" OP(">") "0 FOR UPDATE"
 
 #define CHECKPOINT_SQL_WITH(session) \
 	"UPDATE queue.item_live " \
@@ -182,8 +194,10 @@ static SPIPlanPtr cancel_end_plan = NULL;
  * (src/worker.c); the column is absent before 0.2.0's update. */
 #define LEASE_SESSION ", lease_session = queue._session_key() "
 /* a revived lease that sweep counted as lost may be lost (and counted) again */
-#define EXTEND_SQL EXTEND_SQL_WITH(LEASE_SESSION ", lost_counted = false ")
-#define EXTEND_SQL_V1 EXTEND_SQL_WITH("")
+#define EXTEND_SQL EXTEND_SQL_WITH(LEASE_SESSION ", lost_counted = false ", EXTEND_CURRENT)
+#define EXTEND_SQL_V1 EXTEND_SQL_WITH("", EXTEND_CURRENT)
+#define REVIVE_SQL EXTEND_SQL_WITH(LEASE_SESSION ", lost_counted = false ", "")
+#define REVIVE_SQL_V1 EXTEND_SQL_WITH("", "")
 #define CHECKPOINT_SQL CHECKPOINT_SQL_WITH(LEASE_SESSION)
 #define CHECKPOINT_SQL_V1 CHECKPOINT_SQL_WITH("")
 
@@ -729,6 +743,40 @@ queue_extend_lease(PG_FUNCTION_ARGS)
 				   queue_prepare_cached(&extend_plan, EXTEND_SQL, 4, argtypes) :
 				   queue_prepare_cached(&extend_plan_v1, EXTEND_SQL_V1, 4, argtypes),
 				   values, NULL, false, 0, SPI_OK_UPDATE_RETURNING, "extending lease");
+	if (SPI_processed == 0)
+	{
+		/*
+		 * Caps stay exact: reviving an expired lease nobody re-claimed is a
+		 * claim, refused (NULL) where the queue's or the worker's cap is full.
+		 */
+		bool		isnull;
+		bool		stripe_null;
+		Datum		worker;
+		int			stripe;
+
+		queue_spi_exec(queue_prepare_cached(&revive_lock_plan, REVIVE_LOCK_SQL, 3, argtypes),
+					   values, NULL, false, 1, SPI_OK_SELECT, "locking item");
+		if (SPI_processed == 0)
+		{
+			queue_spi_finish();
+			PG_RETURN_NULL();
+		}
+		worker = SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+												 &isnull), false, -1);
+		stripe = DatumGetInt16(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
+											 &stripe_null));
+		if (!isnull &&
+			!queue_cap_admits_revival(&cfg, values[0], worker, DatumGetInt64(values[1]),
+									  stripe_null ? -1 : stripe))
+		{
+			queue_spi_finish();
+			PG_RETURN_NULL();
+		}
+		queue_spi_exec(queue_schema_current() ?
+					   queue_prepare_cached(&revive_plan, REVIVE_SQL, 4, argtypes) :
+					   queue_prepare_cached(&revive_plan_v1, REVIVE_SQL_V1, 4, argtypes),
+					   values, NULL, false, 0, SPI_OK_UPDATE_RETURNING, "reviving lease");
+	}
 	found = (SPI_processed == 1);
 	if (found)
 	{

@@ -112,6 +112,8 @@ static SPIPlanPtr seen_plan = NULL;
 static SPIPlanPtr worker_lock_plan = NULL;
 static SPIPlanPtr worker_load_plan = NULL;
 static SPIPlanPtr cap_lock_plan = NULL;
+static SPIPlanPtr cap_wait_plan = NULL;
+static SPIPlanPtr worker_wait_plan = NULL;
 static SPIPlanPtr in_flight_plan = NULL;
 static SPIPlanPtr bury_plan = NULL;
 static SPIPlanPtr lost_plan = NULL;
@@ -226,15 +228,27 @@ static SPIPlanPtr lane_claim_plan = NULL;
 	"SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext($1), $2)"
 
 /*
- * Current leases charged to one stripe.  Leases taken before the cap was
- * set (NULL) or under another number of stripes are charged by modulo, so
- * every current lease counts against exactly one stripe.
+ * Current leases charged to one stripe.  Leases taken under another number
+ * of stripes are charged by modulo, and leases taken before the cap was set
+ * (NULL) by their item id, so every current lease counts against exactly
+ * one stripe and a cap turned on for a busy queue spreads the old leases
+ * over all stripes instead of charging them all to one.
  */
+#define CAP_STRIPE_OF \
+	"(coalesce(cap_stripe::pg_catalog.int8, item_id)" OP("%") "$3::pg_catalog.int8)"
 #define IN_FLIGHT_SQL \
 	"SELECT pg_catalog.count(*) FROM queue.item_live " \
 	" WHERE queue_name" OP("=") "$1 AND worker IS NOT NULL " \
 	"   AND lease_expires_at" OP(">") "pg_catalog.statement_timestamp() " \
-	"   AND (coalesce(cap_stripe, 0)" OP("%") "$3)" OP("=") "$2"
+	"   AND " CAP_STRIPE_OF OP("=") "$2::pg_catalog.int8"
+
+/* A revival waits for its stripe (see queue_cap_admits_revival). */
+#define CAP_WAIT_SQL \
+	"SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext($1), $2)"
+
+/* The worker's capacity, its row locked (waiting) for a revival. */
+#define WORKER_WAIT_SQL \
+	"SELECT capacity FROM queue.worker_registry WHERE worker" OP("=") "$1 FOR UPDATE"
 
 #define BURY_SQL \
 	"SELECT queue._bury($1, $2, $3, NULL, NULL)"
@@ -316,6 +330,63 @@ worker_allowance(Datum worker)
 		return Max(capacity - held, 0);
 	}
 	return -1;
+}
+
+/*
+ * queue_cap_admits_revival
+ *		Caps stay exact: may the expired lease of item_id (charged to
+ *		stripe `stripe`, -1 for none), which nobody re-claimed, be revived
+ *		by extend_lease or heartbeat for `worker`?  A revival counts like a
+ *		claim: against the queue's max_in_flight (the item's stripe, its lock
+ *		waited for) and the worker's capacity (its row locked).  The caller
+ *		holds the item's row lock; the locks are taken in the order items,
+ *		stripe, worker row, and dequeue, which takes the stripe and the
+ *		worker row first, only ever tries item locks (SKIP LOCKED), so no
+ *		cycle can form.
+ *
+ * XXX per-key caps (queue.set_limit) are not checked here: a revived lease
+ * of a limited key counts against its key at the next claim.
+ */
+bool
+queue_cap_admits_revival(const QueueConfig *cfg, Datum qname, Datum worker,
+						 int64 item_id, int stripe)
+{
+	Oid			wt[1] = {TEXTOID};
+	bool		isnull;
+
+	if (cfg->max_in_flight > 0)
+	{
+		Oid			lt[2] = {TEXTOID, INT4OID};
+		Oid			ct[3] = {TEXTOID, INT2OID, INT2OID};
+		int			nstripes = Min(cfg->max_in_flight, CAP_STRIPES);
+		int			s = (int) ((stripe >= 0 ? (int64) stripe : item_id) % nstripes);
+		int32		share = cfg->max_in_flight / nstripes +
+			(s < cfg->max_in_flight % nstripes ? 1 : 0);
+		Datum		lv[2];
+		Datum		cv[3];
+
+		lv[0] = qname;
+		lv[1] = Int32GetDatum(CAP_LOCK_BASE + s);
+		queue_spi_exec(queue_prepare_cached(&cap_wait_plan, CAP_WAIT_SQL, 2, lt),
+					   lv, NULL, false, 1, SPI_OK_SELECT, "locking a max_in_flight stripe");
+		cv[0] = qname;
+		cv[1] = Int16GetDatum((int16) s);
+		cv[2] = Int16GetDatum((int16) nstripes);
+		if (run_count(queue_prepare_cached(&in_flight_plan, IN_FLIGHT_SQL, 3, ct), cv) >= share)
+			return false;
+	}
+	queue_spi_exec(queue_prepare_cached(&worker_wait_plan, WORKER_WAIT_SQL, 1, wt),
+				   &worker, NULL, false, 1, SPI_OK_SELECT, "locking worker");
+	if (SPI_processed == 1)
+	{
+		Datum		cap = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+
+		if (!isnull &&
+			run_count(queue_prepare_cached(&worker_load_plan, WORKER_LOAD_SQL, 1, wt),
+					  &worker) >= DatumGetInt32(cap))
+			return false;
+	}
+	return true;
 }
 
 /* The queue's hint slot, or NULL; with create, a slot taken for it. */

@@ -167,6 +167,10 @@ extern void queue_load_config(const char *queue_name, QueueConfig *cfg);
 extern bool queue_load_worker(Datum worker, QueueWorkerGates *gates);
 extern void queue_worker_seen(Datum worker, TimestampTz when);
 
+/* dequeue.c */
+extern bool queue_cap_admits_revival(const QueueConfig *cfg, Datum qname, Datum worker,
+									 int64 item_id, int stripe);
+
 /* worker.c */
 extern int64 queue_session_key(void);
 extern bool queue_schema_current(void);
