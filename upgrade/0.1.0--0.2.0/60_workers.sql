@@ -56,6 +56,9 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
+    IF r.cancel_requested_at IS NOT NULL THEN
+        p_reason := 'cancelled';
+    END IF;
 
     IF p_reason IN ('permanent', 'max_attempts') THEN
         r.errors := r.errors || jsonb_build_array(jsonb_build_object(
@@ -74,17 +77,24 @@ BEGIN
     ELSIF p_reason = 'expired' THEN
         r.last_error := coalesce(r.last_error, 'expired');
     ELSIF p_reason = 'cancelled' THEN
-        r.last_error := coalesce(p_error, 'cancelled');
+        IF p_error IS NOT NULL THEN
+            r.errors := r.errors || jsonb_build_array(jsonb_build_object(
+                'attempt', r.attempt, 'at', now(), 'worker', r.worker,
+                'error', p_error, 'error_code', p_error_code));
+        END IF;
+        r.last_error := coalesce(r.cancel_reason, 'cancelled');
     END IF;
 
     INSERT INTO queue.dead_letters (queue_name, item_id, payload, progress, attempts, reason,
                                     last_error, error_code, errors, dedup_key, correlation_id,
                                     enqueued_at, priority, max_attempts, worker,
-                                    group_key, group_pos, limit_key, requires)
+                                    group_key, group_pos, limit_key, requires,
+                                    cancel_requested_at, cancel_requested_by, cancel_reason)
     VALUES (p_queue, p_item_id, r.payload, r.progress, r.attempt, p_reason,
             r.last_error, r.error_code, r.errors, r.dedup_key, r.correlation_id,
             r.enqueued_at, r.base_priority, r.max_attempts, r.worker,
-            r.group_key, r.group_pos, r.limit_key, r.requires);
+            r.group_key, r.group_pos, r.limit_key, r.requires,
+            r.cancel_requested_at, r.cancel_requested_by, r.cancel_reason);
 
     PERFORM queue._event(p_queue, p_item_id,
                          CASE p_reason WHEN 'expired' THEN 'expired'
@@ -92,7 +102,10 @@ BEGIN
                                        ELSE 'dead_lettered' END,
                          r.worker, r.attempt,
                          jsonb_build_object('reason', p_reason, 'error', r.last_error,
-                                            'error_code', r.error_code));
+                                            'error_code', r.error_code)
+                         || CASE WHEN r.cancel_requested_at IS NULL THEN '{}'::jsonb
+                                 ELSE jsonb_build_object('by', r.cancel_requested_by,
+                                                         'requested_at', r.cancel_requested_at) END);
     PERFORM queue._raise_alert(p_queue, 'dead_letters',
                                format('queue %s has new dead letters', p_queue),
                                jsonb_build_object('first_item_id', p_item_id, 'reason', p_reason));
@@ -112,12 +125,12 @@ DECLARE
     r record;
     v_entry jsonb;
 BEGIN
-    SELECT i.attempt, i.max_attempts, i.worker INTO r FROM queue.item_live i
+    SELECT i.attempt, i.max_attempts, i.worker, i.cancel_requested_at INTO r FROM queue.item_live i
      WHERE i.queue_name = p_queue AND i.item_id = p_item_id AND i.lease_token IS NOT NULL;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    IF r.attempt >= r.max_attempts THEN
+    IF r.attempt >= r.max_attempts OR r.cancel_requested_at IS NOT NULL THEN
         PERFORM queue._bury(p_queue, p_item_id, 'lease_expired', p_error, p_error_code);
         RETURN 'dead';
     END IF;
@@ -197,6 +210,7 @@ BEGIN
                visible_at = statement_timestamp() + q.lease_timeout
          WHERE i.queue_name = q.queue_name AND i.worker = v_worker
            AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
+           AND i.cancel_requested_at IS NULL
            AND i.lease_expires_at > statement_timestamp();
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_total := v_total + v_n;
@@ -206,6 +220,7 @@ BEGIN
             SELECT i.item_id, i.lease_token FROM queue.item_live i
              WHERE i.queue_name = q.queue_name AND i.worker = v_worker
                AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
+               AND i.cancel_requested_at IS NULL
                AND i.lease_expires_at <= statement_timestamp()
              ORDER BY i.item_id
         LOOP
@@ -223,7 +238,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION queue.heartbeat(text)
-    IS 'Marks the worker alive and renews the leases a live process of it tracks, in queues the caller may work; returns how many';
+    IS 'Marks the worker alive and renews the leases a live process of it tracks (not those of cancel-requested items), in queues the caller may work; returns how many';
 
 
 DROP FUNCTION IF EXISTS queue.register_worker(text, text[], int, jsonb);
