@@ -94,16 +94,25 @@ COMMENT ON FUNCTION queue._flow_band() IS 'Added to the priority of items of a l
 -- Groups ------------------------------------------------------------------
 
 -- Give a group its next head unless it has one or a dead head blocks it.
--- p_left: the head that just left item_live (NULL: none).  Takes the
+-- p_left: the head that just left item_live (NULL: none).  p_new: an item
+-- inserted claimable, as the presumed head of a group that had no row (the
+-- common case of a group's first item, which then costs no second write);
+-- it is parked here if the group turns out to have a head.  Takes the
 -- group's row lock; called at commit (see the triggers below), by review
 -- and by sweep.
-CREATE OR REPLACE FUNCTION queue._group_settle(p_queue text, p_group text, p_left bigint)
+DROP FUNCTION IF EXISTS queue._group_settle(text, text, bigint);
+CREATE OR REPLACE FUNCTION queue._group_settle(p_queue text, p_group text, p_left bigint,
+                                               p_new bigint DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     g queue.flow_group;
     v_head bigint;
+    v_first_id bigint;
+    v_first_pos bigint;
+    v_new_id bigint;
+    v_new_pos bigint;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM queue.queue_config c WHERE c.queue_name = p_queue) THEN
         RETURN;     -- the queue was dropped
@@ -127,6 +136,7 @@ BEGIN
         IF EXISTS (SELECT 1 FROM queue.dead_letters d
                     WHERE d.queue_name = p_queue AND d.item_id = g.blocked_by
                       AND d.review_status IN ('new', 'in_review')) THEN
+            PERFORM queue._group_park(p_queue, p_new);
             UPDATE queue.flow_group f SET blocked_by = g.blocked_by, head_id = NULL
              WHERE f.queue_name = p_queue AND f.group_key = p_group;
             RETURN;
@@ -134,22 +144,33 @@ BEGIN
         g.blocked_by := NULL;   -- replayed, resolved or rejected
     END IF;
     IF g.head_id IS NOT NULL AND g.head_id IS DISTINCT FROM p_left
+       AND g.head_id IS DISTINCT FROM p_new
        AND EXISTS (SELECT 1 FROM queue.item_live i
                     WHERE i.queue_name = p_queue AND i.item_id = g.head_id
                       AND NOT i.group_wait) THEN
+        PERFORM queue._group_park(p_queue, p_new);
         RETURN;
     END IF;
-    -- the next in line becomes the head, claimable from when it was due
-    UPDATE queue.item_live i
-       SET group_wait = false,
-           visible_at = CASE WHEN i.on_hold THEN 'infinity'::timestamptz
-                             ELSE greatest(i.run_at, i.enqueued_at) END
-     WHERE i.queue_name = p_queue
-       AND i.item_id = (SELECT w.item_id FROM queue.item_live w
-                         WHERE w.queue_name = p_queue AND w.group_key = p_group
-                           AND w.group_wait
-                         ORDER BY w.group_pos, w.item_id LIMIT 1)
-    RETURNING i.item_id INTO v_head;
+    -- no head: the first in line becomes it, claimable from when it was due
+    SELECT w.item_id, w.group_pos INTO v_first_id, v_first_pos FROM queue.item_live w
+     WHERE w.queue_name = p_queue AND w.group_key = p_group AND w.group_wait
+     ORDER BY w.group_pos, w.item_id LIMIT 1;
+    IF p_new IS NOT NULL THEN
+        SELECT i.item_id, i.group_pos INTO v_new_id, v_new_pos FROM queue.item_live i
+         WHERE i.queue_name = p_queue AND i.item_id = p_new AND NOT i.group_wait;
+    END IF;
+    IF v_new_id IS NOT NULL
+       AND (v_first_id IS NULL OR (v_new_pos, v_new_id) < (v_first_pos, v_first_id)) THEN
+        v_head := v_new_id;     -- claimable already
+    ELSIF v_first_id IS NOT NULL THEN
+        UPDATE queue.item_live i
+           SET group_wait = false,
+               visible_at = CASE WHEN i.on_hold THEN 'infinity'::timestamptz
+                                 ELSE greatest(i.run_at, i.enqueued_at) END
+         WHERE i.queue_name = p_queue AND i.item_id = v_first_id;
+        v_head := v_first_id;
+        PERFORM queue._group_park(p_queue, v_new_id);
+    END IF;
     IF v_head IS NULL THEN
         -- nobody waits: forget the group (an enqueue brings it back)
         DELETE FROM queue.flow_group f WHERE f.queue_name = p_queue AND f.group_key = p_group;
@@ -159,8 +180,34 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION queue._group_settle(text, text, bigint)
+COMMENT ON FUNCTION queue._group_settle(text, text, bigint, bigint)
     IS 'Promotes the next item of a group to its head unless it has one or a dead head blocks it';
+
+-- Park an item that was inserted as a presumed head after all.  One
+-- claimed by its own enqueuing transaction cannot wait any more: that
+-- transaction fails (40001) rather than two items of the group run.
+CREATE OR REPLACE FUNCTION queue._group_park(p_queue text, p_item bigint)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+BEGIN
+    IF p_item IS NULL THEN
+        RETURN;
+    END IF;
+    UPDATE queue.item_live i
+       SET group_wait = true,
+           visible_at = CASE WHEN i.on_hold THEN 'infinity'::timestamptz ELSE queue._flow_parked() END
+     WHERE i.queue_name = p_queue AND i.item_id = p_item AND NOT i.group_wait
+       AND i.lease_token IS NULL;
+    IF NOT FOUND AND EXISTS (SELECT 1 FROM queue.item_live i
+                              WHERE i.queue_name = p_queue AND i.item_id = p_item
+                                AND NOT i.group_wait) THEN
+        RAISE EXCEPTION 'item % was claimed in the transaction that enqueued it, while its group has a head', p_item
+            USING ERRCODE = 'serialization_failure',
+                  HINT = 'Retry the transaction; enqueue and claim group members in separate transactions.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION queue._group_park(text, bigint) IS 'Parks a presumed group head behind the group''s real head';
 
 -- Limits: keep the band ---------------------------------------------------
 
@@ -168,11 +215,16 @@ COMMENT ON FUNCTION queue._group_settle(text, text, bigint)
 CREATE OR REPLACE FUNCTION queue._flow_on_insert() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 BEGIN
+    -- a group without a row has no live item: the new one presumes to be
+    -- its head (confirmed, or parked, at commit by queue._group_settle)
     IF NEW.group_key IS NOT NULL THEN
         NEW.group_pos := coalesce(NEW.group_pos, NEW.item_id);
-        NEW.group_wait := true;
-        IF NOT NEW.on_hold THEN
-            NEW.visible_at := queue._flow_parked();
+        IF EXISTS (SELECT 1 FROM queue.flow_group f
+                    WHERE f.queue_name = NEW.queue_name AND f.group_key = NEW.group_key) THEN
+            NEW.group_wait := true;
+            IF NOT NEW.on_hold THEN
+                NEW.visible_at := queue._flow_parked();
+            END IF;
         END IF;
     END IF;
     IF NEW.limit_key IS NOT NULL AND NEW.priority < queue._flow_band()
@@ -209,6 +261,7 @@ DECLARE
     v_group text;
     v_key text;
     v_left bigint;
+    v_new bigint;
     v_wake timestamptz;
 BEGIN
     IF TG_OP = 'DELETE' THEN
@@ -226,6 +279,7 @@ BEGIN
         v_key := NEW.limit_key;
         IF TG_OP = 'INSERT' THEN
             v_group := NEW.group_key;
+            v_new := CASE WHEN NOT NEW.group_wait THEN NEW.item_id END;
         END IF;
         IF NEW.priority >= queue._flow_band() THEN
             v_wake := CASE WHEN TG_OP = 'UPDATE' AND OLD.worker IS NOT NULL AND NEW.worker IS NULL
@@ -233,7 +287,7 @@ BEGIN
         END IF;
     END IF;
     IF v_group IS NOT NULL THEN
-        PERFORM queue._group_settle(v_queue, v_group, v_left);
+        PERFORM queue._group_settle(v_queue, v_group, v_left, v_new);
     END IF;
     IF v_wake IS NOT NULL AND v_wake < queue._flow_parked() THEN
         UPDATE queue.flow_limit l SET ready_at = v_wake
@@ -422,7 +476,7 @@ COMMENT ON VIEW queue.limits IS 'Per-key caps and rates (limit_key NULL: the que
 CREATE OR REPLACE FUNCTION queue._flow_on_review() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 BEGIN
-    PERFORM queue._group_settle(NEW.queue_name, NEW.group_key, NULL);
+    PERFORM queue._group_settle(NEW.queue_name, NEW.group_key, NULL, NULL);
     RETURN NULL;
 END
 $$;
