@@ -143,6 +143,8 @@ CREATE TABLE queue.item_done (
 );
 -- per-queue completions by time: stats' last hour, snapshots, breaker window, retention
 CREATE INDEX item_done_queue_completed_idx ON queue.item_done (queue_name, completed_at);
+-- a worker's completions by time: the workers view's 24-hour counts
+CREATE INDEX item_done_worker_idx ON queue.item_done (worker, completed_at);
 
 CREATE TABLE queue.dead_letters (
     queue_name     text        NOT NULL,
@@ -205,6 +207,8 @@ CREATE TABLE queue.failure_log (
     PRIMARY KEY (queue_name, failure_id)
 );
 CREATE INDEX failure_log_at_idx ON queue.failure_log (queue_name, at);
+-- a worker's failed attempts by time: the workers view's 24-hour counts
+CREATE INDEX failure_log_worker_idx ON queue.failure_log (worker, at);
 
 CREATE TABLE queue.worker_registry (
     worker        text        NOT NULL PRIMARY KEY,

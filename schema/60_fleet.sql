@@ -283,7 +283,10 @@ END
 $$;
 COMMENT ON FUNCTION queue._recover_offline(text) IS 'Ends the leases of offline workers on a queue; returns how many';
 
-CREATE VIEW queue.workers AS
+-- Filtered per queue like the other views (see the comment on the view);
+-- the 24-hour counts read the indexes led by the worker on item_done and
+-- failure_log, so each worker costs its own rows, not a day of history.
+CREATE VIEW queue.workers WITH (security_barrier) AS
 SELECT w.worker,
        CASE
          WHEN w.last_seen < now() - make_interval(secs => queue._worker_offline_after()) THEN 'offline'
@@ -298,20 +301,33 @@ SELECT w.worker,
        CASE WHEN d.completed_24h + fl.failed_24h > 0
             THEN round(d.completed_24h::numeric / (d.completed_24h + fl.failed_24h), 4) END
          AS success_rate,
-       w.capacity, w.draining, w.queues, w.info, w.registered_at
+       w.capacity, w.draining,
+       CASE WHEN a.admin THEN w.queues
+            ELSE ARRAY(SELECT u.q FROM unnest(w.queues) AS u(q) WHERE queue._can_read(u.q)) END
+         AS queues,
+       w.info, w.registered_at
   FROM queue.worker_registry w
+ CROSS JOIN LATERAL (
+        SELECT pg_has_role(queue._caller(), 'queue_admin', 'MEMBER') AS admin) a
  CROSS JOIN LATERAL (
         SELECT count(*) AS in_flight
           FROM queue.queue_config q
           JOIN queue.item_live i ON i.queue_name = q.queue_name AND i.worker = w.worker
-         WHERE i.lease_token IS NOT NULL AND i.lease_expires_at > now()) f
+         WHERE i.lease_token IS NOT NULL AND i.lease_expires_at > now()
+           AND (a.admin OR queue._can_read(q.queue_name))) f
  CROSS JOIN LATERAL (
         SELECT count(*) AS completed_24h, avg(h.completed_at - h.claimed_at) AS mean_run_time
           FROM queue.item_done h
-         WHERE h.completed_at > now() - interval '24 hours' AND h.worker = w.worker) d
+         WHERE h.worker = w.worker AND h.completed_at > now() - interval '24 hours'
+           AND (a.admin OR queue._can_read(h.queue_name))) d
  CROSS JOIN LATERAL (
         SELECT count(*) AS failed_24h
           FROM queue.failure_log x
-         WHERE x.at > now() - interval '24 hours' AND x.worker = w.worker) fl;
+         WHERE x.worker = w.worker AND x.at > now() - interval '24 hours'
+           AND (a.admin OR queue._can_read(x.queue_name))) fl
+ WHERE a.admin
+    OR pg_has_role(queue._caller(), coalesce(w.registered_by::oid, 0::oid), 'MEMBER')
+    OR EXISTS (SELECT 1 FROM unnest(w.queues) AS u(q) WHERE queue._can_read(u.q))
+    OR f.in_flight > 0 OR d.completed_24h > 0 OR fl.failed_24h > 0;
 COMMENT ON VIEW queue.workers
-    IS 'Every worker: status (active, idle, draining, maintenance, offline), in-flight items, 24 h results';
+    IS 'Workers the caller may see (every worker for an admin; else those it registered or that work queues it may read): status, in-flight items, 24 h results in those queues';

@@ -192,11 +192,13 @@ BEGIN
 
     -- Lost leases count once as failed outcomes (failed_1h, health, the
     -- breaker below) as soon as sweep meets them; the items stay claimable.
+    -- A cancel-requested item's lease is no outcome: it is buried below.
     FOR v_id IN
         SELECT i.item_id FROM queue.item_live i
          WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
            AND i.lease_token IS NOT NULL AND i.lease_expires_at <= v_now
            AND i.attempt < i.max_attempts AND NOT i.lost_counted
+           AND i.cancel_requested_at IS NULL
          ORDER BY i.item_id
          LIMIT v_batch
            FOR UPDATE SKIP LOCKED
@@ -204,14 +206,15 @@ BEGIN
         PERFORM queue._lease_lost(p_queue, v_id);
     END LOOP;
 
-    -- Lost leases on the last attempt become dead letters.  Leased rows
-    -- keep worker set until they are claimed again: the worker index
-    -- finds them without reading the backlog.
+    -- Lost leases on the last attempt, and of cancel-requested items,
+    -- become dead letters.  Leased rows keep worker set until they are
+    -- claimed again: the worker index finds them without reading the backlog.
     FOR v_id IN
         SELECT i.item_id FROM queue.item_live i
          WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
            AND i.lease_token IS NOT NULL AND i.lease_expires_at <= v_now
-           AND i.attempt >= i.max_attempts AND NOT i.on_hold
+           AND (i.attempt >= i.max_attempts OR i.cancel_requested_at IS NOT NULL)
+           AND NOT i.on_hold
          ORDER BY i.item_id
          LIMIT v_batch
            FOR UPDATE SKIP LOCKED
