@@ -76,6 +76,10 @@ MEM_SYNC=${MEM_SYNC:-off}
 BATCH_SIZE=${BATCH_SIZE:-10000}
 BATCH_CALLS=${BATCH_CALLS:-20}
 BATCH_REPS=${BATCH_REPS:-3}
+HB_RATE=${HB_RATE:-200}                     # heartbeat part: heartbeats per second beside the cycle
+HB_CLIENTS=${HB_CLIENTS:-4}                 # heartbeat part: clients running the full cycle
+HB_T=${HB_T:-$DURATION}                     # heartbeat part: seconds per run
+HB_REPS=${HB_REPS:-$REPS}
 
 KEEP=${KEEP:-0}                             # 1: keep the cluster running and its data at the end
 QUIET_WAIT=${QUIET_WAIT:-0}                 # >0: before each run wait up to this many s for an idle box
@@ -694,11 +698,52 @@ batch_conflict() {
     | tee -a "$OUT/summary.txt"
 }
 
+# ---------------------------------------------------------------- heartbeats beside the cycle
+# The full cycle (q_cycle.sql) alone and with HB_RATE heartbeats a second
+# of 200 bots running beside it: a heartbeat must not make every backend
+# drop its caches and replan (it once did: a statement trigger on the
+# worker registry fired for INSERT ... ON CONFLICT).
+part_heartbeat() {
+  [ "$HAVE_QUEUE" = 1 ] || { log "SKIP heartbeat: queue not installed"; return; }
+  local rep mode lg tps hb_pid beats alone beside
+  : >"$OUT/heartbeat.tsv"
+  for rep in $(seq 1 "$HB_REPS"); do
+    for mode in alone beside; do
+      reset_family queue || continue; settle queue >/dev/null
+      hb_pid=
+      if [ "$mode" = beside ]; then
+        pgb -c 2 -R "$HB_RATE" -T $((HB_T + 2)) -f "$SQL/q_heartbeat.sql" "$DB" \
+          >"$OUT/logs/heartbeat-beats-r$rep.log" 2>&1 &
+        hb_pid=$!
+        sleep 1
+      fi
+      lg=$OUT/logs/heartbeat-cycle-$mode-r$rep.log
+      pgb -c "$HB_CLIENTS" -T "$HB_T" -f "$SQL/q_cycle.sql" "$DB" >"$lg" 2>&1
+      beats=0
+      if [ -n "$hb_pid" ]; then
+        wait "$hb_pid"
+        beats=$(awk '/^tps = /{print $3; exit}' "$OUT/logs/heartbeat-beats-r$rep.log")
+      fi
+      tps=$(awk '/^tps = /{print $3; exit}' "$lg")
+      printf "%s\t%s\t%s\t%s\n" "$mode" "$rep" "${tps:-0}" "${beats:-0}" >>"$OUT/heartbeat.tsv"
+      log "heartbeat $mode rep $rep: ${tps:-0} cycles/s (${beats:-0} heartbeats/s beside)"
+    done
+  done
+  alone=$(awk -F'\t' '$1=="alone" {print $3}' "$OUT/heartbeat.tsv" | median)
+  beside=$(awk -F'\t' '$1=="beside" {print $3}' "$OUT/heartbeat.tsv" | median)
+  beats=$(awk -F'\t' '$1=="beside" {print $4}' "$OUT/heartbeat.tsv" | median)
+  {
+    echo
+    echo "== full cycle (enqueue, dequeue, complete), $HB_CLIENTS clients, -T $HB_T, median of $HB_REPS"
+    awk -v a="$alone" -v b="$beside" -v h="$beats" 'BEGIN{printf "   alone %10.0f cycles/s; with %.0f heartbeats/s beside %10.0f cycles/s: %.2fx  (target >= 0.85x) %s\n", a, h, b, (a > 0 ? b/a : 0), (a > 0 && b/a >= 0.85 ? "PASS" : "FAIL")}'
+  } | tee -a "$OUT/summary.txt"
+}
+
 # ---------------------------------------------------------------- main
 # (everything runs inside main, so that editing this file during a run cannot change the run)
 main() {
   PARTS=${*:-${BENCH:-throughput}}
-  PARTS=$(echo "$PARTS" | sed -e 's/\ball\b/throughput extras/' -e 's/\bextras\b/backlog snapshot bloat memory batch/' \
+  PARTS=$(echo "$PARTS" | sed -e 's/\ball\b/throughput extras/' -e 's/\bextras\b/backlog snapshot bloat memory batch heartbeat/' \
                              -e 's/\blatency\b/backlog/' -e 's/\bstats\b/backlog/' -e 's/\benqueue_batch\b/batch/')
   [ -x "$PGBIN/pgbench" ] || die "no pgbench in $PGBIN (set PGBIN or PG_CONFIG)"
 
@@ -722,8 +767,8 @@ main() {
   local part
   for part in $PARTS; do
     case $part in
-      throughput|backlog|snapshot|bloat|memory|batch) "part_$part";;
-      *) log "unknown part '$part' (throughput backlog snapshot bloat memory batch extras all)";;
+      throughput|backlog|snapshot|bloat|memory|batch|heartbeat) "part_$part";;
+      *) log "unknown part '$part' (throughput backlog snapshot bloat memory batch heartbeat extras all)";;
     esac
   done
   echo
