@@ -8,7 +8,7 @@
 -- transaction.  The pg_cron job runs the procedure run_sweep() instead,
 -- which sweeps each queue with sweep(queue_name) in a transaction of its
 -- own, so nothing a queue's sweep locked waits for the other queues.  A queue is swept
--- under a transaction advisory lock taken with pg_try_advisory_xact_lock:
+-- under the queue's private sweep lock, tried with queue._try_lock_sweep:
 -- a second sweeper skips the queues the first one holds (its row shows
 -- zeros), so sweeps are safe to run concurrently and never wait.  Every
 -- statement filters queue_name, and each kind of work stops after
@@ -28,11 +28,11 @@ CREATE FUNCTION queue._sweep_batch() RETURNS int
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS 'SELECT 10000';
 COMMENT ON FUNCTION queue._sweep_batch() IS 'How many rows sweep handles per queue, per call and per kind of work';
 
--- Second key of the advisory lock that serialises sweeps of one queue
--- (dequeue's max_in_flight stripes use 1903520200 plus the stripe number).
-CREATE FUNCTION queue._sweep_lock_key() RETURNS int
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS 'SELECT 1903520102';
-COMMENT ON FUNCTION queue._sweep_lock_key() IS 'Second key of the per-queue sweep advisory lock';
+-- The lock that serialises sweeps of one queue: a private lock tag
+-- (src/config.c) that no role can take from SQL, unlike an advisory key.
+CREATE FUNCTION queue._try_lock_sweep(queue_name text) RETURNS boolean
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'queue_try_lock_sweep_sql';
+COMMENT ON FUNCTION queue._try_lock_sweep(text) IS 'Tries the queue''s sweep lock for the transaction; false while another session sweeps it';
 
 -- A duration in whole seconds as HH:MM:SS (hours may pass 24), the same
 -- under every IntervalStyle: alert messages and health reasons use it.
@@ -335,7 +335,7 @@ BEGIN
     expired := 0;
     aged := 0;
     purged := 0;
-    IF NOT pg_try_advisory_xact_lock(hashtext(p_queue), queue._sweep_lock_key()) THEN
+    IF NOT queue._try_lock_sweep(p_queue) THEN
         RETURN;
     END IF;
     -- the queue stays until this transaction ends (drop_queue waits)

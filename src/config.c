@@ -56,6 +56,7 @@
 
 PG_FUNCTION_INFO_V1(queue_invalidate_cache);
 PG_FUNCTION_INFO_V1(queue_lock_queue_sql);
+PG_FUNCTION_INFO_V1(queue_try_lock_sweep_sql);
 
 /*
  * Class of the queue lock's advisory tag (field4): pg_advisory_lock and its
@@ -286,6 +287,41 @@ queue_lock_queue(const char *queue_name, bool exclusive)
 				 errmsg("could not serialize access due to a concurrent drop of queue \"%s\"",
 						queue_name),
 				 errhint("Retry the transaction.")));
+}
+
+/*
+ * queue_lock_private
+ *		Take (wait) or try (!wait) lock `slot` of queue_name exclusively
+ *		until the end of the transaction: the sweep lock, the max_in_flight
+ *		stripes (queue.h).  Tags of the queue lock's kind, one class per
+ *		slot, so no role can take or hold them from SQL (pg_advisory_lock is
+ *		executable by PUBLIC and would let anyone stall a queue).  Returns
+ *		whether the lock is held.
+ */
+bool
+queue_lock_private(const char *queue_name, uint16 slot, bool wait)
+{
+	LOCKTAG		tag;
+	uint64		h = hash_bytes_extended((const unsigned char *) queue_name,
+										strlen(queue_name), 0);
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
+						 QUEUE_LOCKTAG_CLASS + slot);
+	return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+/*
+ * queue._try_lock_sweep(queue_name text) returns boolean
+ *
+ * Tries the queue's sweep lock (queue_lock_private) for the transaction;
+ * false when another session is sweeping the queue.
+ */
+Datum
+queue_try_lock_sweep_sql(PG_FUNCTION_ARGS)
+{
+	char	   *name = queue_check_name(PG_GETARG_DATUM(0), PG_ARGISNULL(0));
+
+	PG_RETURN_BOOL(queue_lock_private(name, QUEUE_LOCK_SWEEP, false));
 }
 
 /*

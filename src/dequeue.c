@@ -26,7 +26,7 @@
  * worker's capacity (its registry row locked, so sessions of one worker
  * serialise), the queue's max_in_flight.  The cap is split into up to
  * CAP_STRIPES stripes, each with its share of the cap and its own
- * transaction advisory lock; a claim is charged to the stripe it locked
+ * transaction lock (a private lock tag no SQL role can take, config.c); a claim is charged to the stripe it locked
  * (item_live.cap_stripe), and a stripe's count and claim run under its
  * lock, so the shares, and thus the cap, are exact while up to
  * CAP_STRIPES dequeuers claim at once.  Locks are tried, never waited for:
@@ -111,8 +111,6 @@ static SPIPlanPtr register_plan_v1 = NULL;
 static SPIPlanPtr seen_plan = NULL;
 static SPIPlanPtr worker_lock_plan = NULL;
 static SPIPlanPtr worker_load_plan = NULL;
-static SPIPlanPtr cap_lock_plan = NULL;
-static SPIPlanPtr cap_wait_plan = NULL;
 static SPIPlanPtr worker_wait_plan = NULL;
 static SPIPlanPtr in_flight_plan = NULL;
 static SPIPlanPtr bury_plan = NULL;
@@ -221,11 +219,6 @@ static SPIPlanPtr lane_claim_plan = NULL;
 
 /* Most stripes a queue's max_in_flight is split into. */
 #define CAP_STRIPES 8
-/* Second key of the stripes' advisory locks: base + stripe number. */
-#define CAP_LOCK_BASE 1903520200
-
-#define CAP_LOCK_SQL \
-	"SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext($1), $2)"
 
 /*
  * Current leases charged to one stripe.  Leases taken under another number
@@ -242,9 +235,6 @@ static SPIPlanPtr lane_claim_plan = NULL;
 	"   AND lease_expires_at" OP(">") "pg_catalog.statement_timestamp() " \
 	"   AND " CAP_STRIPE_OF OP("=") "$2::pg_catalog.int8"
 
-/* A revival waits for its stripe (see queue_cap_admits_revival). */
-#define CAP_WAIT_SQL \
-	"SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext($1), $2)"
 
 /* The worker's capacity, its row locked (waiting) for a revival. */
 #define WORKER_WAIT_SQL \
@@ -260,17 +250,6 @@ static SPIPlanPtr lane_claim_plan = NULL;
 	"INSERT INTO queue.events (queue_name, item_id, kind, worker, attempt) " \
 	"SELECT $1, u.i, 'claimed', $2, u.a " \
 	"  FROM ROWS FROM (pg_catalog.unnest($3::pg_catalog.int8[]), pg_catalog.unnest($4::pg_catalog.int4[])) AS u(i, a)"
-
-static bool
-run_bool(SPIPlanPtr plan, Datum *values, bool read_only)
-{
-	bool		isnull;
-	Datum		d;
-
-	queue_spi_exec_one(plan, values, NULL, read_only, 1, SPI_OK_SELECT, "dequeue gate query");
-	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	return !isnull && DatumGetBool(d);
-}
 
 static int64
 run_count(SPIPlanPtr plan, Datum *values)
@@ -356,19 +335,14 @@ queue_cap_admits_revival(const QueueConfig *cfg, Datum qname, Datum worker,
 
 	if (cfg->max_in_flight > 0)
 	{
-		Oid			lt[2] = {TEXTOID, INT4OID};
 		Oid			ct[3] = {TEXTOID, INT2OID, INT2OID};
 		int			nstripes = Min(cfg->max_in_flight, CAP_STRIPES);
 		int			s = (int) ((stripe >= 0 ? (int64) stripe : item_id) % nstripes);
 		int32		share = cfg->max_in_flight / nstripes +
 			(s < cfg->max_in_flight % nstripes ? 1 : 0);
-		Datum		lv[2];
 		Datum		cv[3];
 
-		lv[0] = qname;
-		lv[1] = Int32GetDatum(CAP_LOCK_BASE + s);
-		queue_spi_exec(queue_prepare_cached(&cap_wait_plan, CAP_WAIT_SQL, 2, lt),
-					   lv, NULL, false, 1, SPI_OK_SELECT, "locking a max_in_flight stripe");
+		(void) queue_lock_private(cfg->queue_name, QUEUE_LOCK_STRIPE(s), true);
 		cv[0] = qname;
 		cv[1] = Int16GetDatum((int16) s);
 		cv[2] = Int16GetDatum((int16) nstripes);
@@ -780,7 +754,6 @@ queue_dequeue(PG_FUNCTION_ARGS)
 	else
 	{
 		/* Queue cap: each stripe's count and claim under its own lock. */
-		Oid			lt[2] = {TEXTOID, INT4OID};
 		Oid			ct[3] = {TEXTOID, INT2OID, INT2OID};
 		int			nstripes = Min(cfg.max_in_flight, CAP_STRIPES);
 		int			first = (int) (pg_prng_uint32(&pg_global_prng_state) % nstripes);
@@ -790,16 +763,13 @@ queue_dequeue(PG_FUNCTION_ARGS)
 			int			s = (first + k) % nstripes;
 			int32		share = cfg.max_in_flight / nstripes +
 				(s < cfg.max_in_flight % nstripes ? 1 : 0);
-			Datum		lv[2];
 			Datum		cv[3];
 			int64		in_flight;
 			int64		ask;
 			int64		got;
 
-			lv[0] = qname;
-			lv[1] = Int32GetDatum(CAP_LOCK_BASE + s);
 			/* another dequeuer holds this stripe: try the next */
-			if (!run_bool(queue_prepare_cached(&cap_lock_plan, CAP_LOCK_SQL, 2, lt), lv, false))
+			if (!queue_lock_private(queue_name, QUEUE_LOCK_STRIPE(s), false))
 				continue;
 			cv[0] = qname;
 			cv[1] = Int16GetDatum((int16) s);

@@ -167,6 +167,14 @@ extern void queue_load_config(const char *queue_name, QueueConfig *cfg);
 extern bool queue_load_worker(Datum worker, QueueWorkerGates *gates);
 extern void queue_worker_seen(Datum worker, TimestampTz when);
 
+/*
+ * Private lock slots of a queue (config.c, queue_lock_private); slot 0 is
+ * the queue lock itself.
+ */
+#define QUEUE_LOCK_SWEEP		1
+#define QUEUE_LOCK_STRIPE(s)	(2 + (s))	/* max_in_flight stripes 0..7 */
+extern bool queue_lock_private(const char *queue_name, uint16 slot, bool wait);
+
 /* dequeue.c */
 extern bool queue_cap_admits_revival(const QueueConfig *cfg, Datum qname, Datum worker,
 									 int64 item_id, int stripe);

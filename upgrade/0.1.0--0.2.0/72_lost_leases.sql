@@ -65,7 +65,7 @@ BEGIN
     expired := 0;
     aged := 0;
     purged := 0;
-    IF NOT pg_try_advisory_xact_lock(hashtext(p_queue), queue._sweep_lock_key()) THEN
+    IF NOT queue._try_lock_sweep(p_queue) THEN
         RETURN;
     END IF;
     -- the queue stays until this transaction ends (drop_queue waits)
