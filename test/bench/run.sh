@@ -11,6 +11,7 @@
 #   bloat       size of the live tables after BLOAT_MSGS items cycled, against the first 100k
 #   memory      backend memory growth over MEM_CALLS calls in one session
 #   batch       enqueue_batch of 10,000 items, items/s
+#   flow        flow control: full cycle with groups / capped keys against none, head-of-line, blocked groups
 #   extras      backlog snapshot bloat memory batch
 #   all         throughput + extras
 #   start|stop  only start a cluster (kept, prints its port) / stop the one in $BASE
@@ -80,6 +81,12 @@ HB_RATE=${HB_RATE:-200}                     # heartbeat part: heartbeats per sec
 HB_CLIENTS=${HB_CLIENTS:-4}                 # heartbeat part: clients running the full cycle
 HB_T=${HB_T:-$DURATION}                     # heartbeat part: seconds per run
 HB_REPS=${HB_REPS:-$REPS}
+# flow part
+FLOW_GROUPS=${FLOW_GROUPS:-10000}           # groups of the grouped cycle
+FLOW_KEYS=${FLOW_KEYS:-1000}                # capped limit keys of the keyed cycle
+FLOW_CAP=${FLOW_CAP:-4}                     # each key's max_in_flight
+FLOW_HOL_KEYS=${FLOW_HOL_KEYS:-9}           # keys flowing beside the throttled one
+FLOW_BLOCKED=${FLOW_BLOCKED:-"100 1000 10000 100000"}   # blocked groups for the claim latency
 
 KEEP=${KEEP:-0}                             # 1: keep the cluster running and its data at the end
 QUIET_WAIT=${QUIET_WAIT:-0}                 # >0: before each run wait up to this many s for an idle box
@@ -220,7 +227,13 @@ reset_family() {   # fresh, empty queue of the family
   case $1 in
     raw)   qf "$SQL/raw_setup.sql" >/dev/null;;
     pgq)   qf "$SQL/pgq_setup.sql" >/dev/null;;
-    queue) q -v opts="${QUEUE_OPTS:+, $QUEUE_OPTS}" -f "$SQL/q_setup.sql" >/dev/null 2>"$OUT/logs/q_setup.err" || { log "q_setup.sql failed: $(head -3 "$OUT/logs/q_setup.err")"; return 1; };;
+    queue*) q -v opts="${QUEUE_OPTS:+, $QUEUE_OPTS}" -f "$SQL/q_setup.sql" >/dev/null 2>"$OUT/logs/q_setup.err" || { log "q_setup.sql failed: $(head -3 "$OUT/logs/q_setup.err")"; return 1; };;
+  esac
+  case $1 in   # flow control families: the limits of their keys
+    queue_keys) q -c "SELECT count(queue.set_limit('bq', 'k' || g, max_in_flight => $FLOW_CAP)) FROM generate_series(1, $FLOW_KEYS) g" >/dev/null;;
+    queue_hol|queue_hol0)
+      q -c "SELECT count(queue.set_limit('bq', 'o' || g, max_in_flight => 50)) FROM generate_series(1, $FLOW_HOL_KEYS) g" >/dev/null
+      q -c "SELECT queue.set_limit('bq', 'hot', rate => 1, per => '1 hour')" >/dev/null;;
   esac
 }
 
@@ -236,13 +249,33 @@ fill() {   # fill FAMILY N: add N ready items (bulk, only used for pre-filling)
                      COMMIT;
                      left_ := left_ - k;
                    END LOOP; END \$\$";;
+    queue_*) fill_keyed "$fam" "$n";;
   esac
+}
+
+# the pre-fill of the flow control families: items with their group or key
+fill_keyed() {   # FAMILY N
+  local keys
+  case $1 in
+    queue_groups) keys="group_keys => (SELECT array_agg('g' || (1 + (random() * ($FLOW_GROUPS - 1))::int)) FROM generate_series(1, k))";;
+    queue_keys)   keys="limit_keys => (SELECT array_agg('k' || (1 + (random() * ($FLOW_KEYS - 1))::int)) FROM generate_series(1, k))";;
+    queue_hol0)   keys="limit_keys => (SELECT array_agg('o' || (1 + g % $FLOW_HOL_KEYS)) FROM generate_series(1, k) g)";;
+    queue_hol)    fill_keyed queue_hol0 "$2"   # the flowing keys' backlog, and nine times as many of the throttled key
+                  keys="limit_keys => (SELECT array_agg('hot'::text) FROM generate_series(1, k))"; set -- "$1" $(( $2 * 9 ));;
+  esac
+  q -c "DO \$\$ DECLARE left_ bigint := $2; k int; BEGIN
+          WHILE left_ > 0 LOOP
+            k := least(left_, 10000);
+            PERFORM queue.enqueue_batch('bq', (SELECT array_agg('$PAYLOAD'::jsonb) FROM generate_series(1, k)), $keys);
+            COMMIT;
+            left_ := left_ - k;
+          END LOOP; END \$\$" >/dev/null
 }
 
 settle() {   # vacuum + checkpoint before a measured run
   case $1 in
     raw)   q -c "VACUUM ANALYZE rq";;
-    queue) vacuum_queue;;
+    queue*) vacuum_queue;;
     pgq)   :;;
   esac
   q -c "CHECKPOINT"
@@ -260,7 +293,7 @@ counters() {   # prints "produced consumed depth" (monotonic produced/consumed c
                            JOIN pgq.tick t ON t.tick_queue = s.sub_queue AND t.tick_id = s.sub_last_tick
                           WHERE s.sub_queue = queue_id)
                    FROM pgq.queue WHERE queue_name = 'bq'" | tr '|' ' ';;
-    queue) q -c "SELECT h.n + l.n + d.n, h.n, l.n
+    queue*) q -c "SELECT h.n + l.n + d.n, h.n, l.n
                    FROM (SELECT count(*) AS n FROM queue.history WHERE queue_name = 'bq') h,
                         (SELECT count(*) AS n FROM queue.items WHERE queue_name = 'bq') l,
                         (SELECT count(*) AS n FROM queue.dead_letters WHERE queue_name = 'bq') d" 2>/dev/null | tr '|' ' ' \
@@ -287,6 +320,10 @@ scenario_def() {
     q_cycle)      FAM=queue; SCRIPT=q_cycle.sql;         METRIC=consumed; DEPTH=$BACKLOG;;
     q_loop)       FAM=queue; SCRIPT=q_loop.sql;          METRIC=consumed; DEPTH=$BACKLOG; ARGS="-D item_id=0 -D lease_token=0";;
     q_prodcons)   FAM=queue; SCRIPT=q_prodcons.sql;      METRIC=consumed; ARGS="-D batch=$PRODCONS_BATCH -D consumers=$PRODCONS_CONSUMERS"; MPT=0;;
+    q_cycle_group) FAM=queue_groups; SCRIPT=q_cycle_group.sql; METRIC=consumed; DEPTH=$BACKLOG; ARGS="-D groups=$FLOW_GROUPS";;
+    q_cycle_key)  FAM=queue_keys; SCRIPT=q_cycle_key.sql;   METRIC=consumed; DEPTH=$BACKLOG; ARGS="-D keys=$FLOW_KEYS";;
+    q_hol_base)   FAM=queue_hol0; SCRIPT=q_cycle_hol.sql;   METRIC=consumed; DEPTH=$BACKLOG; ARGS="-D keys=$FLOW_HOL_KEYS";;
+    q_hol)        FAM=queue_hol;  SCRIPT=q_cycle_hol.sql;   METRIC=consumed; DEPTH=$BACKLOG; ARGS="-D keys=$FLOW_HOL_KEYS";;
     *) log "unknown scenario $1"; return 1;;
   esac
 }
@@ -299,7 +336,7 @@ run_one() {
   local sc=$1 c=$2 rep=$3 label=$4 retry=${5:-0} before after lg tps lat prod cons msgs note="" idle j0 b0 t0 foreign
   scenario_def "$sc" || return
   [ "${DEPTH_SEEN[$sc]:-0}" -gt "$DEPTH" ] && DEPTH=${DEPTH_SEEN[$sc]}
-  if [ "$FAM" = queue ] && [ "$HAVE_QUEUE" != 1 ]; then return; fi
+  case $FAM in queue*) [ "$HAVE_QUEUE" != 1 ] && return;; esac
   reset_family "$FAM" || { printf "%s\t%s\t%s\t%s\tNA\tNA\tNA\tNA\tNA\tNA\t%s\tSETUP_FAILED\t0\t0\n" "$label" "$sc" "$c" "$rep" "$DURATION" >>"$OUT/raw.tsv"; return; }
   fill "$FAM" "$DEPTH" >/dev/null
   settle "$FAM" >/dev/null
@@ -736,6 +773,67 @@ part_heartbeat() {
     echo
     echo "== full cycle (enqueue, dequeue, complete), $HB_CLIENTS clients, -T $HB_T, median of $HB_REPS"
     awk -v a="$alone" -v b="$beside" -v h="$beats" 'BEGIN{printf "   alone %10.0f cycles/s; with %.0f heartbeats/s beside %10.0f cycles/s: %.2fx  (target >= 0.85x) %s\n", a, h, b, (a > 0 ? b/a : 0), (a > 0 && b/a >= 0.85 ? "PASS" : "FAIL")}'
+# ---------------------------------------------------------------- flow control
+# The full cycle with every item in one of FLOW_GROUPS groups, and with every
+# item under one of FLOW_KEYS keys capped at FLOW_CAP, against the plain
+# cycle; the head-of-line figure: the cycle of FLOW_HOL_KEYS capped keys while
+# a throttled key holds 90 % of the backlog, against the same without it;
+# and the claim latency with FLOW_BLOCKED groups blocked behind their heads.
+flow_ratio() {   # LABEL SCENARIO BASE -> one line per client count
+  local c a b
+  for c in $CLIENTS; do
+    a=$(awk -F'\t' -v l=flow -v s="$2" -v c="$c" '$1==l && $2==s && $3==c {print $9}' "$OUT/raw.tsv" | median)
+    b=$(awk -F'\t' -v l=flow -v s="$3" -v c="$c" '$1==l && $2==s && $3==c {print $9}' "$OUT/raw.tsv" | median)
+    awk -v n="$1" -v c="$c" -v a="$a" -v b="$b" 'BEGIN{ if (a+0 > 0 && b+0 > 0)
+      printf "   %-34s c=%-3s %8.0f vs %8.0f msg/s: %.2fx  (target >= 0.80x) %s\n", n, c, a, b, a/b, (a/b >= 0.8 ? "PASS" : "FAIL");
+      else printf "   %-34s c=%-3s no measurement\n", n, c }'
+  done
+}
+
+blocked_groups() {   # N: N groups with their head processing and one member waiting
+  local n=$1
+  reset_family queue || return 1
+  q -c "DO \$\$ DECLARE left_ bigint := $n; k int; base bigint := 0; BEGIN
+          WHILE left_ > 0 LOOP
+            k := least(left_, 25000);
+            PERFORM queue.enqueue_batch('bq', (SELECT array_agg('$PAYLOAD'::jsonb) FROM generate_series(1, 2 * k)),
+                                        group_keys => (SELECT array_agg('g' || (base + (g % k))) FROM generate_series(1, 2 * k) g));
+            COMMIT;
+            base := base + k; left_ := left_ - k;
+          END LOOP; END \$\$" >/dev/null
+  q -c "DO \$\$ BEGIN
+          LOOP
+            EXIT WHEN (SELECT count(*) FROM queue.dequeue('bq', 'holder', 10000, lease_timeout => '1 day')) = 0;
+            COMMIT;
+          END LOOP; END \$\$" >/dev/null
+  settle queue >/dev/null
+}
+
+part_flow() {
+  [ "$HAVE_QUEUE" = 1 ] || { log "SKIP flow: queue extension not installed"; return; }
+  local n lat first="" last="" t=$OUT/flow_latency.tsv
+  log "flow: cycles with $FLOW_GROUPS groups and $FLOW_KEYS keys (cap $FLOW_CAP) against none; clients [$CLIENTS] reps $REPS, -T $DURATION"
+  run_set flow "$REPS" q_cycle q_cycle_group q_cycle_key q_hol_base q_hol
+  printf "blocked_groups\tclaim_p50_ms\tclaim_p99_ms\tclaim_mean_ms\n" >"$t"
+  for n in $FLOW_BLOCKED; do
+    log "flow: $n blocked groups"
+    blocked_groups "$n" || continue
+    lat=$(claim_latency queue "$LAT_CALLS")
+    printf "%s\t%s\n" "$n" "$(echo $lat | tr ' ' '\t')" >>"$t"
+    log "flow: $n blocked groups: claim p50/p99/mean $lat ms"
+    [ -z "$first" ] && first=$(echo $lat | awk '{print $1}')
+    last=$(echo $lat | awk '{print $1}')
+  done
+  {
+    echo
+    echo "== flow control: full cycle (enqueue + dequeue + complete), msg/s, median of $REPS, -T $DURATION"
+    flow_ratio "$FLOW_GROUPS groups vs no keys" q_cycle_group q_cycle
+    flow_ratio "$FLOW_KEYS keys capped at $FLOW_CAP vs no keys" q_cycle_key q_cycle
+    flow_ratio "throttled key holding 90% vs none" q_hol q_hol_base
+    echo "   claim latency with blocked groups (psql round trip, $LAT_CALLS claims of plain items):"
+    column -t "$t" | sed 's/^/   /'
+    awk -v a="$first" -v b="$last" -v l1="${FLOW_BLOCKED%% *}" -v l2="${FLOW_BLOCKED##* }" 'BEGIN{
+      if (a+0 > 0 && b+0 > 0) printf "   claim p50 with %s blocked groups vs %s: %.2fx  (target <= 1.20x) %s\n", l2, l1, b/a, (b/a <= 1.2 ? "PASS" : "FAIL") }'
   } | tee -a "$OUT/summary.txt"
 }
 
@@ -767,8 +865,8 @@ main() {
   local part
   for part in $PARTS; do
     case $part in
-      throughput|backlog|snapshot|bloat|memory|batch|heartbeat) "part_$part";;
-      *) log "unknown part '$part' (throughput backlog snapshot bloat memory batch heartbeat extras all)";;
+      throughput|backlog|snapshot|bloat|memory|batch|heartbeat|flow) "part_$part";;
+      *) log "unknown part '$part' (throughput backlog snapshot bloat memory batch heartbeat flow extras all)";;
     esac
   done
   echo
