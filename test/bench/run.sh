@@ -773,6 +773,9 @@ part_heartbeat() {
     echo
     echo "== full cycle (enqueue, dequeue, complete), $HB_CLIENTS clients, -T $HB_T, median of $HB_REPS"
     awk -v a="$alone" -v b="$beside" -v h="$beats" 'BEGIN{printf "   alone %10.0f cycles/s; with %.0f heartbeats/s beside %10.0f cycles/s: %.2fx  (target >= 0.85x) %s\n", a, h, b, (a > 0 ? b/a : 0), (a > 0 && b/a >= 0.85 ? "PASS" : "FAIL")}'
+  } | tee -a "$OUT/summary.txt"
+}
+
 # ---------------------------------------------------------------- flow control
 # The full cycle with every item in one of FLOW_GROUPS groups, and with every
 # item under one of FLOW_KEYS keys capped at FLOW_CAP, against the plain
