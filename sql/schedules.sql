@@ -1,6 +1,6 @@
 -- Recurring items: schedule, unschedule, run_schedules, the schedules
 -- view, and the cron expressions they read.  The minute job is pg_cron's
--- (see test/t/053_schedules.pl for real ticks); here ticks are made due by
+-- (see test/t/054_schedules.pl for real ticks); here ticks are made due by
 -- moving a schedule's next_tick back, then run_schedules() is called.
 \set VERBOSITY terse
 

@@ -364,12 +364,8 @@ BEGIN
     END IF;
     v_key := format('schedule:%s:%s', s.name,
                     to_char(v_tick AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI"Z"'));
-    IF s.group_key IS NULL AND s.limit_key IS NULL THEN
-        v_id := queue.enqueue(p_queue, s.payload, s.priority, dedup_key => v_key);
-    ELSE
-        v_id := queue.enqueue(p_queue, s.payload, s.priority, dedup_key => v_key,
-                              group_key => s.group_key, limit_key => s.limit_key);
-    END IF;
+    v_id := queue.enqueue(p_queue, s.payload, s.priority, dedup_key => v_key,
+                          group_key => s.group_key, limit_key => s.limit_key);
     UPDATE queue.schedule_config c
        SET last_tick = v_tick, last_item_id = v_id, last_run_at = now(), last_error = NULL,
            next_tick = queue._cron_tick(s.cron, now(), true)
