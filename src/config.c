@@ -57,6 +57,7 @@
 PG_FUNCTION_INFO_V1(queue_invalidate_cache);
 PG_FUNCTION_INFO_V1(queue_lock_queue_sql);
 PG_FUNCTION_INFO_V1(queue_try_lock_sweep_sql);
+PG_FUNCTION_INFO_V1(queue_lock_breaker_sql);
 
 /*
  * Class of the queue lock's advisory tag (field4): pg_advisory_lock and its
@@ -293,7 +294,7 @@ queue_lock_queue(const char *queue_name, bool exclusive)
  * queue_lock_private
  *		Take (wait) or try (!wait) lock `slot` of queue_name exclusively
  *		until the end of the transaction: the sweep lock, the max_in_flight
- *		stripes (queue.h).  Tags of the queue lock's kind, one class per
+ *		stripes, the breaker lock (queue.h).  Tags of the queue lock's kind, one class per
  *		slot, so no role can take or hold them from SQL (pg_advisory_lock is
  *		executable by PUBLIC and would let anyone stall a queue).  Returns
  *		whether the lock is held.
@@ -322,6 +323,21 @@ queue_try_lock_sweep_sql(PG_FUNCTION_ARGS)
 	char	   *name = queue_check_name(PG_GETARG_DATUM(0), PG_ARGISNULL(0));
 
 	PG_RETURN_BOOL(queue_lock_private(name, QUEUE_LOCK_SWEEP, false));
+}
+
+/*
+ * queue._lock_breaker(queue_name text) returns void
+ *
+ * Waits for the queue's breaker lock (queue_lock_private) for the
+ * transaction: failures of one queue judge the circuit breaker in turn.
+ */
+Datum
+queue_lock_breaker_sql(PG_FUNCTION_ARGS)
+{
+	char	   *name = queue_check_name(PG_GETARG_DATUM(0), PG_ARGISNULL(0));
+
+	(void) queue_lock_private(name, QUEUE_LOCK_BREAKER, true);
+	PG_RETURN_VOID();
 }
 
 /*

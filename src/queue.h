@@ -173,6 +173,7 @@ extern void queue_worker_seen(Datum worker, TimestampTz when);
  */
 #define QUEUE_LOCK_SWEEP		1
 #define QUEUE_LOCK_STRIPE(s)	(2 + (s))	/* max_in_flight stripes 0..7 */
+#define QUEUE_LOCK_BREAKER		10	/* failures judge the breaker in turn */
 extern bool queue_lock_private(const char *queue_name, uint16 slot, bool wait);
 
 /* dequeue.c */

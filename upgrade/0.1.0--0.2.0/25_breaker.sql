@@ -9,6 +9,10 @@ UPDATE queue.queue_config
    SET breaker_reason = pause_reason, paused = false, pause_reason = NULL, paused_at = NULL
  WHERE breaker_state <> 'closed' AND paused AND pause_reason LIKE 'circuit breaker:%';
 
+CREATE OR REPLACE FUNCTION queue._lock_breaker(queue_name text) RETURNS void
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'queue_lock_breaker_sql';
+COMMENT ON FUNCTION queue._lock_breaker(text) IS 'Waits for the queue''s breaker lock until the end of the transaction';
+
 CREATE OR REPLACE FUNCTION queue._breaker_outcomes(p_queue text, p_from timestamptz, p_run_max int,
                                         OUT failed bigint, OUT outcomes bigint,
                                         OUT run bigint, OUT last_ok timestamptz)
@@ -54,9 +58,14 @@ BEGIN
     END IF;
     -- NB: failures of one queue judge the breaker one at a time, each
     -- seeing the failures committed before it; otherwise two concurrent
-    -- failures could each miss the other and never trip it.
-    SELECT * INTO c FROM queue.queue_config WHERE queue_name = p_queue FOR UPDATE;
-    IF c.breaker_state <> 'closed' THEN
+    -- failures could each miss the other and never trip it.  They take
+    -- turns on the queue's private breaker lock, not on its settings row:
+    -- the caller holds an item, and alter_queue or drop_queue hold the
+    -- settings row while they wait for items (one lock order: items
+    -- first).
+    PERFORM queue._lock_breaker(p_queue);
+    SELECT * INTO c FROM queue.queue_config WHERE queue_name = p_queue;
+    IF NOT FOUND OR c.breaker_state <> 'closed' THEN
         RETURN false;
     END IF;
     v_from := greatest(now() - c.breaker_window, c.breaker_since);
@@ -76,6 +85,14 @@ BEGIN
       FROM queue.failure_log f
      WHERE f.queue_name = p_queue AND f.at > v_top_from
      GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 1;
+    -- the settings row is taken without waiting: whoever holds it (an
+    -- alter_queue, a drop) may be waiting for the caller's item; the next
+    -- failure or sweep judges again
+    BEGIN
+        PERFORM 1 FROM queue.queue_config WHERE queue_name = p_queue FOR UPDATE NOWAIT;
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN false;
+    END;
     v_reason := format('circuit breaker: %s%% of %s outcomes failed in %s%s, mostly %s (%s%%)',
                        round(100.0 * o.failed / o.outcomes), o.outcomes,
                        queue._say_interval(c.breaker_window),
@@ -210,3 +227,4 @@ REVOKE ALL ON FUNCTION queue._pause_state(queue.queue_config) FROM PUBLIC;
 -- the queues view calls it as the reader
 GRANT EXECUTE ON FUNCTION queue._pause_state(queue.queue_config)
    TO queue_reader, queue_producer, queue_worker, queue_admin;
+REVOKE ALL ON FUNCTION queue._lock_breaker(text) FROM PUBLIC;
