@@ -1,0 +1,73 @@
+
+# Copyright (c) the queue authors
+#
+# No plan cliff before the first ANALYZE: on an item_live that was never
+# analyzed (a fresh install, a restore, the first minute), with thousands
+# of items queued, a claim and complete_batch read the rows they claim or
+# complete, not the queue.  The
+# kept statement is run often enough in one session to be planned both as
+# custom and as generic plan; the tuples the transaction fetched from
+# item_live (pg_stat_xact_user_tables) stay a handful per claimed item.
+
+use strict;
+use warnings FATAL => 'all';
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('fresh_plan');
+$node->init;
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'queue,pg_cron'\n");
+$node->append_conf('postgresql.conf', "cron.database_name = 'postgres'\n");
+$node->append_conf('postgresql.conf', "autovacuum = off\n");
+$node->start;
+
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION queue;
+	SELECT queue.create_queue('fresh');
+	SELECT count(*) FROM queue.enqueue_batch('fresh',
+		(SELECT pg_catalog.array_agg(pg_catalog.jsonb_build_object('n', g))
+		   FROM pg_catalog.generate_series(1, 5000) g));
+});
+
+is($node->safe_psql('postgres',
+	"SELECT reltuples FROM pg_class WHERE oid = 'queue.item_live'::regclass"),
+	'-1', 'item_live was never analyzed');
+
+# Tuples read from item_live by the calls of one transaction.
+sub fetched_in
+{
+	my ($calls) = @_;
+	return $node->safe_psql('postgres', qq{
+		BEGIN;
+		$calls
+		SELECT s.seq_tup_read OPERATOR(pg_catalog.+) s.idx_tup_fetch
+		  FROM pg_catalog.pg_stat_xact_user_tables s
+		 WHERE s.relid OPERATOR(pg_catalog.=) 'queue.item_live'::pg_catalog.regclass;
+		COMMIT;
+	});
+}
+
+my $claims = join('', map { "SELECT count(*) FROM queue.dequeue('fresh', 'w1', 3);\n" } 1 .. 8);
+my $out = fetched_in($claims);
+my @lines = split /\n/, $out;
+my $fetched = $lines[-1];
+is(scalar(grep { $_ eq '3' } @lines), 8, 'each of 8 claims got its 3 items');
+cmp_ok($fetched, '<', 200,
+	"8 claims of 3 items read a few rows each, not the queue (read $fetched)");
+
+# The same for claims whose items are completed together by complete_batch.
+my $batches = join('', map { qq{
+	WITH c AS (SELECT * FROM queue.dequeue('fresh', 'w1', 3))
+	SELECT queue.complete_batch('fresh', pg_catalog.array_agg(c.item_id),
+	                            pg_catalog.array_agg(c.lease_token)) FROM c;
+} } 1 .. 8);
+@lines = split /\n/, fetched_in($batches);
+$fetched = $lines[-1];
+is(scalar(grep { $_ eq '3' } @lines), 8, 'each of 8 batches completed its 3 items');
+cmp_ok($fetched, '<', 400,
+	"8 claims and batch completions of 3 items read a few rows each, not the queue (read $fetched)");
+
+$node->stop;
+done_testing();
