@@ -20,7 +20,14 @@
  * cancel columns, until ALTER EXTENSION queue UPDATE.
  *
  * complete() moves the row to item_done in one DELETE ... RETURNING feeding
- * an INSERT.  fail() decides between a retry with backoff and a dead
+ * an INSERT.  complete_batch() finds each (item_id, lease_token) pair by
+ * its primary key, one probe per pair, and deletes the versions found by
+ * TID: no statistics (nor their absence before the first ANALYZE) can turn
+ * it into a scan of the queue, nor into a join of every row with every
+ * pair.  The TIDs are of versions the statement's snapshot sees; a row
+ * updated since is followed to its latest version, whose token must still
+ * be one of the caller's (a token names one lease of one item: the
+ * sequence never repeats it).  fail() decides between a retry with backoff and a dead
  * letter; dead-lettering is an SQL function (queue._bury), off the common
  * path, and every outcome is reported to the breaker (breaker.c).
  *
@@ -86,10 +93,14 @@ static SPIPlanPtr cancel_end_plan = NULL;
 
 #define COMPLETE_BATCH_SQL \
 	"WITH d AS (DELETE FROM queue.item_live i " \
-	"            USING ROWS FROM (pg_catalog.unnest($2::pg_catalog.int8[]), " \
-	"                             pg_catalog.unnest($3::pg_catalog.int8[])) AS u(id, tok) " \
-	"            WHERE i.queue_name" OP("=") "$1 AND i.item_id" OP("=") "ANY ($2) " \
-	"              AND i.item_id" OP("=") "u.id AND pg_catalog.abs(i.lease_token)" OP("=") "u.tok " \
+	"            WHERE i.ctid" OP("=") "ANY (ARRAY(" \
+	"                    SELECT (SELECT l.ctid FROM queue.item_live l " \
+	"                             WHERE l.queue_name" OP("=") "$1 AND l.item_id" OP("=") "u.id " \
+	"                               AND pg_catalog.abs(l.lease_token)" OP("=") "u.tok) " \
+	"                      FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.int8[]), " \
+	"                                      pg_catalog.unnest($3::pg_catalog.int8[])) AS u(id, tok))) " \
+	"              AND i.queue_name" OP("=") OUTER_QUEUE_FILTER " " \
+	"              AND pg_catalog.abs(i.lease_token)" OP("=") "ANY ($3) " \
 	"           RETURNING i.*), " \
 	"h AS (INSERT INTO queue.item_done (queue_name, item_id, payload, result, attempts, worker, " \
 	"       enqueued_at, claimed_at, completed_at, dedup_key, correlation_id, progress) " \

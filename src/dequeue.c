@@ -11,9 +11,13 @@
  * (queue_name, priority, visible_at, item_id) with FOR UPDATE SKIP LOCKED
  * and leases what it picked: a fresh lease_token from a sequence (the
  * fencing token), attempt + 1, visible_at moved to the lease's end.  The
- * picked rows are found again by primary key through
- * item_id = ANY(ARRAY(...)), so the kept generic plan stays a pair of index
- * scans whatever the batch size.  Rows that must not be handed out (past
+ * picked rows are found again by the TIDs of the versions the statement
+ * itself locked (ctid = ANY(ARRAY(...)), a TID scan), never by a search of
+ * the queue: the plan is an index scan and a TID scan whatever the
+ * statistics say, even before the first ANALYZE.  A locked version that
+ * was committed after the statement's snapshot is not visible to that TID
+ * scan; such a row comes back flagged as missed and the next statement
+ * (a fresh snapshot, the lock still ours) claims it.  Rows that must not be handed out (past
  * expires_at, or a lost lease whose attempts are spent) come back flagged
  * from the same statement; they are dead-lettered on the spot, up to
  * DEQUEUE_MAX_BURIED per call, and the claim repeats for what is missing.
@@ -99,6 +103,12 @@ int			queue_claim_hint_threshold = QUEUE_DEFAULT_CLAIM_HINT_THRESHOLD;
  */
 #define DEQUEUE_MAX_BURIED 100
 
+/*
+ * Claims repeated in one round for rows the claim locked but missed (see
+ * the header); one repeat suffices, the bound only guards the loop.
+ */
+#define CLAIM_MAX_RETRIES 3
+
 /* last_seen is refreshed at most this often by dequeue. */
 #define LAST_SEEN_REFRESH_USECS (5 * USECS_PER_SEC)
 
@@ -120,7 +130,7 @@ static SPIPlanPtr lane_claim_plan = NULL;
 
 #define CLAIM_SQL_WITH(start, lost, extra_set) \
 	"WITH cand AS MATERIALIZED (" \
-	"  SELECT i.item_id, i.priority AS prio, i.visible_at AS since, " \
+	"  SELECT i.item_id, i.ctid AS tid, i.priority AS prio, i.visible_at AS since, " \
 	"         " lost " AS lost, " \
 	"         (i.expires_at IS NOT NULL AND i.expires_at" OP("<=") "pg_catalog.statement_timestamp()) AS expired, " \
 	"         (i.lease_token IS NOT NULL AND (i.attempt" OP(">=") "i.max_attempts " \
@@ -147,17 +157,19 @@ static SPIPlanPtr lane_claim_plan = NULL;
 	"                  ELSE i.errors END, " \
 	"         last_error = CASE WHEN " lost " THEN 'lease expired' ELSE i.last_error END, " \
 	"         error_code = CASE WHEN " lost " THEN 'lease_expired' ELSE i.error_code END " \
-	"   WHERE i.queue_name" OP("=") "$1 " \
-	"     AND i.item_id" OP("=") "ANY (ARRAY(SELECT c.item_id FROM cand c " \
-	"                                      WHERE NOT c.expired AND NOT c.spent)) " \
+	"   WHERE i.ctid" OP("=") "ANY (ARRAY(SELECT c.tid FROM cand c " \
+	"                                   WHERE NOT c.expired AND NOT c.spent)) " \
+	"     AND i.queue_name" OP("=") OUTER_QUEUE_FILTER " " \
 	"  RETURNING i.item_id, i.lease_token, i.payload, i.progress, i.attempt, i.max_attempts, " \
 	"            i.base_priority, i.enqueued_at, i.lease_expires_at, i.dedup_key, i.correlation_id) " \
 	"SELECT cl.*, c.prio, c.since, c.lost, 0 AS junk " \
 	"  FROM claimed cl JOIN cand c ON c.item_id" OP("=") "cl.item_id " \
 	"UNION ALL " \
 	"SELECT c.item_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, " \
-	"       c.prio, c.since, c.lost, CASE WHEN c.expired THEN 1 ELSE 2 END " \
+	"       c.prio, c.since, c.lost, " \
+	"       CASE WHEN c.expired THEN 1 WHEN c.spent THEN 2 ELSE 3 END " \
 	"  FROM cand c WHERE c.expired OR c.spent " \
+	"     OR NOT EXISTS (SELECT FROM claimed m WHERE m.item_id" OP("=") "c.item_id) " \
 	"ORDER BY 12, 13, 1"
 
 /*
@@ -426,6 +438,7 @@ static int64
 claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 {
 	int64		nclaimed = 0;
+	int			nretries = 0;
 
 	for (;;)
 	{
@@ -434,6 +447,7 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 		Datum		values[7];
 		char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 		int			njunk = 0;
+		int			nmissed = 0;
 		int			nok = 0;
 		Datum	   *lost_ids = NULL;
 		int			nlost = 0;
@@ -518,6 +532,12 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 			bool		isnull;
 			int32		junk = DatumGetInt32(SPI_getbinval(tup, desc, 15, &isnull));
 
+			if (junk == 3)
+			{
+				/* locked but missed by the TID scan: claimed next round */
+				nmissed++;
+				continue;
+			}
 			if (junk != 0 && ctx->nburied >= DEQUEUE_MAX_BURIED)
 				continue;		/* left for sweep or a later call */
 			if (junk != 0)
@@ -590,6 +610,8 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 		 */
 		if (nclaimed >= limit || ctx->nburied >= DEQUEUE_MAX_BURIED)
 			break;
+		if (nmissed > 0 && ++nretries <= CLAIM_MAX_RETRIES)
+			continue;
 		if (njunk == 0)
 		{
 			/* a short hinted claim looks from the head for the rest */

@@ -30,6 +30,17 @@
 /* A built-in operator, immune to the caller's search_path. */
 #define OP(o) " OPERATOR(pg_catalog." o ") "
 
+/*
+ * The queue filter of an UPDATE or DELETE that finds its rows by TID
+ * (ctid = ANY(...)): the same equality as queue_name = $1 (every
+ * deterministic collation compares by bytes), but under a collation no
+ * index of ours has, so it is checked on the rows the TID scan returns and
+ * can never turn into an index or bitmap scan of the whole queue, whatever
+ * the statistics say (or before the first ANALYZE).  The statement still
+ * filters by the queue at every level (distribution by queue).
+ */
+#define OUTER_QUEUE_FILTER "$1 COLLATE pg_catalog.\"C\""
+
 /* Limits of the public contract. */
 #define QUEUE_NAME_MAXLEN		47
 #define QUEUE_PRIORITY_MIN		0
