@@ -44,24 +44,11 @@ COMMENT ON FUNCTION queue.resume(text) IS 'Resumes a paused queue; closes an ope
 -- offline recovery
 -- ======================================================================
 
--- Validate a worker name argument.
-CREATE FUNCTION queue._check_worker(p_worker text)
-RETURNS text LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp SET jit = off AS $$
-#variable_conflict use_column
-BEGIN
-    IF p_worker IS NULL THEN
-        RAISE EXCEPTION 'worker must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF p_worker = '' THEN
-        RAISE EXCEPTION 'worker must not be empty'
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Name the bot, for example ''bot-07''.';
-    END IF;
-    RETURN p_worker;
-END
-$$;
-COMMENT ON FUNCTION queue._check_worker(text) IS 'Validates a worker name';
+-- Validate a worker name argument (src/validate.c): present, not empty, at
+-- most 255 bytes.
+CREATE FUNCTION queue._check_worker(p_worker text) RETURNS text
+    LANGUAGE c IMMUTABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_check_worker_sql';
+COMMENT ON FUNCTION queue._check_worker(text) IS 'Validates a worker name (22004, 22023, 54000 over 255 bytes) and returns it';
 
 CREATE FUNCTION queue.register_worker(worker text, queues text[] DEFAULT NULL,
                                       capacity int DEFAULT NULL, info jsonb DEFAULT '{}',

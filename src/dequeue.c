@@ -690,14 +690,9 @@ queue_dequeue(PG_FUNCTION_ARGS)
 	FlowLane	queue_rate;
 	bool		rated = false;
 
-	queue_check_not_null(PG_ARGISNULL(1), "worker");
+	queue_check_worker(PG_GETARG_DATUM(1), PG_ARGISNULL(1));
 	queue_check_not_null(PG_ARGISNULL(2), "batch_size");
 	worker = PG_GETARG_DATUM(1);
-	if (VARSIZE_ANY_EXHDR(DatumGetTextPP(worker)) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("worker must not be empty"),
-				 errhint("Name the bot, for example 'bot-07'.")));
 	batch_size = PG_GETARG_INT32(2);
 	if (batch_size < 1 || batch_size > QUEUE_BATCH_MAX)
 		ereport(ERROR,

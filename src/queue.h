@@ -49,6 +49,7 @@
 #define QUEUE_BATCH_ARRAY_MAX	100000	/* elements of enqueue_batch, complete_batch */
 #define QUEUE_DEFAULT_PRIORITY	2
 #define QUEUE_TEXT_MAX_BYTES	65536	/* a text stored with an item */
+#define QUEUE_WORKER_MAX_BYTES	255		/* a worker name */
 
 /* GUC defaults. */
 #define QUEUE_DEFAULT_MAX_PAYLOAD_BYTES		1048576
@@ -168,6 +169,7 @@ extern void queue_check_batch_length(int nelems, const char *argname);
 extern void queue_check_payload(Datum payload, const char *argname);
 extern void queue_check_jsonb_size(Datum value, const char *argname);
 extern void queue_check_text_size(Datum value, const char *argname);
+extern void queue_check_worker(Datum worker, bool isnull);
 extern void queue_check_positive_interval(Interval *iv, const char *argname);
 extern double queue_interval_seconds(const Interval *iv);
 

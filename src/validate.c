@@ -207,6 +207,39 @@ queue_check_positive_interval(Interval *iv, const char *argname)
 
 PG_FUNCTION_INFO_V1(queue_check_payload_sql);
 PG_FUNCTION_INFO_V1(queue_check_text_sql);
+PG_FUNCTION_INFO_V1(queue_check_worker_sql);
+
+/*
+ * queue_check_worker
+ *		A worker name is present (22004), not empty (22023) and at most
+ *		QUEUE_WORKER_MAX_BYTES long (54000): it is a key of the worker
+ *		registry and of every lease, so a name is kept short.
+ */
+void
+queue_check_worker(Datum worker, bool isnull)
+{
+	queue_check_not_null(isnull, "worker");
+	if (VARSIZE_ANY_EXHDR(DatumGetTextPP(worker)) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("worker must not be empty"),
+				 errhint("Name the bot, for example 'bot-07'.")));
+	check_size(toast_raw_datum_size(worker) - VARHDRSZ, QUEUE_WORKER_MAX_BYTES, "worker",
+			   "the limit for worker names",
+			   "Name the bot with a short name, for example its host and process id.");
+}
+
+/*
+ * queue._check_worker(worker text) returns text
+ *
+ * The worker-name rules for the SQL functions; returns the name.
+ */
+Datum
+queue_check_worker_sql(PG_FUNCTION_ARGS)
+{
+	queue_check_worker(PG_GETARG_DATUM(0), PG_ARGISNULL(0));
+	PG_RETURN_DATUM(PG_GETARG_DATUM(0));
+}
 
 /*
  * queue._check_payload(payload jsonb) returns void

@@ -176,7 +176,7 @@ BEGIN
     expired := 0;
     aged := 0;
     purged := 0;
-    IF NOT pg_try_advisory_xact_lock(hashtext(p_queue), queue._sweep_lock_key()) THEN
+    IF NOT queue._try_lock_sweep(p_queue) THEN
         RETURN;
     END IF;
     -- the queue stays until this transaction ends (drop_queue waits)
@@ -354,11 +354,30 @@ BEGIN
          WHERE e.queue_name = v_name AND e.kind = 'queue_dropped' AND e.at < now() - interval '7 days';
     END LOOP;
     -- totals of dropped queues: snapshot_metrics removes them
+
+    -- Workers gone for longer than the longest retention of any queue
+    -- (at least a day), holding nothing and with no maintenance window
+    -- ahead: random or one-off worker names never pile up, and the fleet
+    -- checks never walk every worker ever seen.
+    WITH gone AS (
+        DELETE FROM queue.worker_registry w
+         WHERE w.last_seen < now() - greatest(interval '1 day',
+                                              (SELECT max(c.retention) FROM queue.queue_config c))
+           AND NOT EXISTS (SELECT 1 FROM queue.maintenance_window m
+                            WHERE m.worker = w.worker AND m.ends_at > now())
+           AND NOT EXISTS (SELECT 1 FROM queue.queue_config c
+                             JOIN queue.item_live i ON i.queue_name = c.queue_name
+                                                   AND i.worker = w.worker)
+        RETURNING w.worker),
+    windows AS (
+        DELETE FROM queue.maintenance_window m WHERE m.worker IN (SELECT g.worker FROM gone g)
+        RETURNING 1)
+    SELECT v_n + (SELECT count(*) FROM gone) + (SELECT count(*) FROM windows) INTO v_n;
     RETURN v_n;
 END
 $$;
 COMMENT ON FUNCTION queue.sweep_dropped()
-    IS 'Removes the rows of queues that do not exist (the queue_dropped event after 7 days); returns how many';
+    IS 'Removes what is gone: rows of queues that do not exist (the queue_dropped event after 7 days) and workers offline past the longest retention; returns how many rows';
 
 CREATE OR REPLACE FUNCTION queue.sweep()
 RETURNS TABLE (queue_name text, recovered bigint, dead_lettered bigint, expired bigint,
