@@ -99,8 +99,7 @@ SELECT pg_sleep(0.05);
 # Another session is sweeping 'busy': it holds that queue's sweep lock.
 my $holder = $node->background_psql('postgres');
 $holder->query_safe(q{BEGIN});
-$holder->query_safe(
-	q{SELECT pg_advisory_xact_lock(hashtext('busy'), queue._sweep_lock_key())});
+$holder->query_safe(q{SELECT queue._try_lock_sweep('busy')});
 
 my $t0 = time;
 is( $node->safe_psql('postgres', q{
