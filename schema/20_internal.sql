@@ -15,7 +15,7 @@ CREATE FUNCTION queue._check_text(value text, argname text) RETURNS void
 COMMENT ON FUNCTION queue._check_text(text, text) IS 'Rejects a text longer than 64 kB (54000) naming the argument, NULL passes';
 
 CREATE FUNCTION queue._check_access(queue_name text, access text) RETURNS void
-    LANGUAGE c STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'queue_check_access_sql';
+    LANGUAGE c VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'queue_check_access_sql';
 COMMENT ON FUNCTION queue._check_access(text, text) IS 'Fails unless the queue exists (42704) and the caller has the access (42501)';
 
 CREATE FUNCTION queue._lock_queue(queue_name text, exclusive boolean) RETURNS void

@@ -324,7 +324,7 @@ RETURNS TABLE (state text, priority int, attempt int,
                finished_at timestamptz, last_error text, error_code text, reason text,
                dedup_key text, correlation_id text, replayed_as bigint,
                cancel_requested_at timestamptz, cancel_requested_by text, cancel_reason text)
-LANGUAGE plpgsql STABLE PARALLEL SAFE SECURITY DEFINER ROWS 1
+LANGUAGE plpgsql STABLE PARALLEL UNSAFE SECURITY DEFINER ROWS 1
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
