@@ -76,8 +76,19 @@ SELECT kind, message LIKE 'circuit breaker: %' AS breaker_text FROM queue.alerts
  WHERE queue_name = 'b_alert' AND cleared_at IS NULL ORDER BY kind;
 SELECT status, reasons[1] FROM queue.health('b_alert');
 
--- case: the run rule: earlier successes cannot dilute a sudden outage;
--- failures broken by a success do not trip it
+-- case: by default only the fraction rule trips the breaker: 6 successes
+-- then 4 failures in a row is 40 % < 50 %, so it stays closed
+SELECT queue.create_queue('b_frac', breaker_threshold => 0.5, breaker_min_samples => 4,
+                          max_attempts => 9, backoff_base => '0 s');
+SELECT count(*) FROM queue.enqueue_batch('b_frac', array_fill('{}'::jsonb, ARRAY[10]));
+SELECT count(*) FILTER (WHERE queue.complete('b_frac', item_id, lease_token)) AS completed
+  FROM queue.dequeue('b_frac', 'w1', batch_size => 6);
+SELECT queue.fail('b_frac', item_id, lease_token, 'down', 'DOWN') FROM queue.dequeue('b_frac', 'w1', batch_size => 4);
+SELECT paused, breaker_state FROM queue.queues WHERE queue_name = 'b_frac';
+
+-- case: the run rule (queue.breaker_run_rule = on): earlier successes
+-- cannot dilute a sudden outage; failures broken by a success do not trip it
+SET queue.breaker_run_rule = on;
 SELECT queue.create_queue('b_run', breaker_threshold => 0.5, breaker_min_samples => 3,
                           max_attempts => 9, backoff_base => '0 s');
 SELECT count(*) FROM queue.enqueue_batch('b_run', array_fill('{}'::jsonb, ARRAY[20]));
@@ -89,5 +100,6 @@ SELECT queue.fail('b_run', item_id, lease_token, 'down', 'DOWN') FROM queue.dequ
 SELECT breaker_state FROM queue.queues WHERE queue_name = 'b_run';
 SELECT queue.fail('b_run', item_id, lease_token, 'down', 'DOWN') FROM queue.dequeue('b_run', 'w1');
 SELECT paused, paused_by, breaker_state, breaker_reason FROM queue.queues WHERE queue_name = 'b_run';
+RESET queue.breaker_run_rule;
 
-SELECT queue.drop_queue(q, force => true) FROM unnest('{b_op,b_alone,b_alert,b_run}'::text[]) q;
+SELECT queue.drop_queue(q, force => true) FROM unnest('{b_op,b_alone,b_alert,b_frac,b_run}'::text[]) q;
