@@ -21,9 +21,9 @@
 -- greatest(now() - breaker_window, the last close).  The breaker trips
 --   * when the failed fraction exceeds breaker_threshold with at least
 --     breaker_min_samples outcomes (the fraction rule), or
---   * when the last breaker_min_samples outcomes in the window all failed
---     (the run rule), so that a burst of earlier successes cannot dilute
---     a sudden outage.
+--   * with queue.breaker_run_rule = on, also when the last
+--     breaker_min_samples outcomes in the window all failed (the run rule),
+--     so that a burst of earlier successes cannot dilute a sudden outage.
 
 -- Failures of one queue judge the breaker in turn, on a private lock tag
 -- (src/config.c) rather than the settings row.
@@ -93,7 +93,10 @@ BEGIN
     IF o.failed = 0 OR o.outcomes < c.breaker_min_samples THEN
         RETURN false;
     END IF;
-    v_by_run := o.run >= c.breaker_min_samples;
+    -- the run rule is opt-in (queue.breaker_run_rule): by default only
+    -- the SPEC's fraction rule trips the breaker
+    v_by_run := o.run >= c.breaker_min_samples
+                AND pg_catalog.current_setting('queue.breaker_run_rule', true) = 'on';
     IF NOT v_by_run AND o.failed::float8 / o.outcomes <= c.breaker_threshold THEN
         RETURN false;
     END IF;

@@ -49,6 +49,18 @@ static const struct config_enum_entry notify_handoff_options[] = {
 	{NULL, 0, false}
 };
 
+/* Values of queue.breaker_run_rule (schema/25_breaker.sql reads it). */
+static const struct config_enum_entry breaker_run_rule_options[] = {
+	{"off", 0, false},
+	{"on", 1, false},
+	{"false", 0, true},
+	{"true", 1, true},
+	{NULL, 0, false}
+};
+
+/* Whether the breaker also trips on a run of failures (queue.breaker_run_rule). */
+static int	queue_breaker_run_rule = 0;
+
 /* One setting of the extension: an integer, or an enum when options is set. */
 typedef struct QueueGuc
 {
@@ -89,6 +101,12 @@ static const QueueGuc queue_gucs[] = {
 		"Without queue in shared_preload_libraries it is always never.",
 		&queue_notify_handoff, QUEUE_NOTIFY_HANDOFF_AUTO, 0, 0,
 		notify_handoff_options, PGC_USERSET, 0},
+	{"queue.breaker_run_rule",
+		"Whether the circuit breaker also trips when its last breaker_min_samples outcomes all failed.",
+		"off: only the failed fraction over breaker_threshold trips it; "
+		"on: a run of failures trips it too, however many successes the window holds.",
+		&queue_breaker_run_rule, 0, 0, 0,
+		breaker_run_rule_options, PGC_SUSET, 0},
 };
 
 void		_PG_init(void);

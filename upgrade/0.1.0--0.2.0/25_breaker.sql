@@ -73,7 +73,10 @@ BEGIN
     IF o.failed = 0 OR o.outcomes < c.breaker_min_samples THEN
         RETURN false;
     END IF;
-    v_by_run := o.run >= c.breaker_min_samples;
+    -- the run rule is opt-in (queue.breaker_run_rule): by default only
+    -- the SPEC's fraction rule trips the breaker
+    v_by_run := o.run >= c.breaker_min_samples
+                AND pg_catalog.current_setting('queue.breaker_run_rule', true) = 'on';
     IF NOT v_by_run AND o.failed::float8 / o.outcomes <= c.breaker_threshold THEN
         RETURN false;
     END IF;
