@@ -6,6 +6,8 @@
 #                    throw-away clusters (pg_regress, isolation, TAP, tools,
 #                    and the ecosystem: postgres_exporter, PgBouncer, bots)
 #   make demo        run the bot-fleet demo on a throw-away cluster
+#   make test-citus  build Citus from CITUS_SRC (default: shared/deps/ next to
+#                    the repository) and run the tests on a Citus cluster
 #   make bench       run the benchmark suite (see test/bench/README.md)
 
 EXTENSION = queue
@@ -16,6 +18,7 @@ PREVVERSION = 0.1.0
 MODULE_big = queue
 OBJS = \
 	src/queue.o \
+	src/distributed.o \
 	src/validate.o \
 	src/config.o \
 	src/access.o \
@@ -85,7 +88,7 @@ $(UPGRADE_built): $(UPGRADE_PARTS)
 
 all: $(DATA_built) tools
 
-.PHONY: tools tools-asan install-tools test demo bench checkver
+.PHONY: tools tools-asan install-tools test test-citus demo bench checkver
 
 tools:
 	@for d in tools/*/; do [ ! -f $$d/Makefile ] || $(MAKE) -C $$d PG_CONFIG=$(PG_CONFIG) || exit 1; done
@@ -109,6 +112,9 @@ checkver:
 
 test: checkver
 	test/run-tests.sh
+
+test-citus: checkver
+	PG_CONFIG=$(PG_CONFIG) test/citus/run.sh
 
 demo:
 	PG_CONFIG='$(PG_CONFIG)' test/demo/run.sh

@@ -8,10 +8,12 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text := queue._check_name(pause.queue_name);
+    -- computed first: Citus refuses non-immutable calls in an UPDATE's COALESCE
+    v_reason text := coalesce(pause.reason, 'paused by ' || session_user);
 BEGIN
     PERFORM queue._check_access(v_name, 'reader');
     UPDATE queue.queue_config c
-       SET paused = true, pause_reason = coalesce(pause.reason, 'paused by ' || session_user),
+       SET paused = true, pause_reason = v_reason,
            paused_at = now()
      WHERE c.queue_name = v_name;
     PERFORM queue._event(v_name, NULL, 'paused', NULL, NULL,

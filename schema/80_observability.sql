@@ -561,6 +561,39 @@ CREATE FUNCTION queue._prom_value(v numeric) RETURNS text
 $$;
 COMMENT ON FUNCTION queue._prom_value(numeric) IS 'Formats a Prometheus sample value; NULL becomes NaN';
 
+-- A queue's running totals (kept by snapshot_metrics, plus what happened
+-- since) and its open alerts by kind, for prometheus().  One call per
+-- queue, so that on Citus each reads the queue's own node.
+CREATE FUNCTION queue._prom_totals(p_queue text, OUT processed bigint, OUT failed bigint,
+                                   OUT dead jsonb, OUT alerts jsonb)
+RETURNS record LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    t record;
+    v_after timestamptz := '-infinity';
+BEGIN
+    SELECT m.processed, m.failed, m.dead, m.counted_until INTO t
+      FROM queue.metrics_totals m WHERE m.queue_name = p_queue;
+    IF FOUND THEN
+        v_after := coalesce(t.counted_until, '-infinity');
+    END IF;
+    processed := coalesce(t.processed, 0)
+        + (SELECT count(*) FROM queue.item_done d
+            WHERE d.queue_name = p_queue AND d.completed_at > v_after);
+    failed := coalesce(t.failed, 0)
+        + (SELECT count(*) FROM queue.failure_log f
+            WHERE f.queue_name = p_queue AND f.at > v_after);
+    dead := queue._add_counts(coalesce(t.dead, '{}'),
+                              queue._dead_by_reason(p_queue, v_after, 'infinity'));
+    SELECT coalesce(jsonb_object_agg(x.kind, x.n), '{}') INTO alerts
+      FROM (SELECT a.kind, count(*) AS n FROM queue.alerts a
+             WHERE a.queue_name = p_queue AND a.cleared_at IS NULL
+             GROUP BY a.kind) x;
+END
+$$;
+COMMENT ON FUNCTION queue._prom_totals(text) IS 'Running totals and open alerts of a queue, for prometheus()';
+
 CREATE FUNCTION queue.prometheus()
 RETURNS text LANGUAGE plpgsql STABLE PARALLEL RESTRICTED SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
@@ -569,11 +602,15 @@ DECLARE
     v_out text;
 BEGIN
     WITH s AS MATERIALIZED (
-        SELECT c.queue_name AS q, queue._prom_label(c.queue_name) AS ql, x.*
+        SELECT c.queue_name AS q, queue._prom_label(c.queue_name) AS ql, x.*,
+               n.processed AS total_processed, n.failed AS total_failed,
+               n.dead AS total_dead, n.alerts AS open_alerts
           FROM queue.queue_config c
          CROSS JOIN LATERAL queue._stats(c.queue_name) x
+         CROSS JOIN LATERAL queue._prom_totals(c.queue_name) n
          WHERE queue._can_read(c.queue_name)),
-    fam (ord, name, kind, help) AS (VALUES
+    -- no column lists on the CTEs: Citus loses them when it plans the CTEs
+    fam AS (SELECT v.ord, v.name, v.kind, v.help FROM (VALUES
         (1,  'queue_items', 'gauge', 'Live items by state: queued (claimable now), scheduled, processing, on_hold.'),
         (2,  'queue_dead_letters_open', 'gauge', 'Dead letters still new or in review.'),
         (3,  'queue_oldest_queued_age_seconds', 'gauge', 'How long the longest-waiting claimable item has been claimable.'),
@@ -585,9 +622,10 @@ BEGIN
         (9,  'queue_alerts_open', 'gauge', 'Open alerts by kind.'),
         (10, 'queue_processed_total', 'counter', 'Items processed (running total kept by snapshot_metrics).'),
         (11, 'queue_failed_total', 'counter', 'Failed attempts, lost leases included (running total kept by snapshot_metrics).'),
-        (12, 'queue_dead_letters_total', 'counter', 'Items dead-lettered, by reason (running total kept by snapshot_metrics).')),
-    smp (ord, q, sub, labels, val) AS (
-        SELECT 1, s.q, k.n, format('queue=%s,state=%s', s.ql, queue._prom_label(k.state)), k.v::numeric
+        (12, 'queue_dead_letters_total', 'counter', 'Items dead-lettered, by reason (running total kept by snapshot_metrics).')) AS v(ord, name, kind, help)),
+    smp AS (
+        SELECT 1 AS ord, s.q, k.n AS sub, format('queue=%s,state=%s', s.ql, queue._prom_label(k.state)) AS labels,
+               k.v::numeric AS val
           FROM s CROSS JOIN LATERAL (VALUES (1, 'queued', s.queued), (2, 'scheduled', s.scheduled),
                                             (3, 'processing', s.processing),
                                             (4, 'on_hold', s.on_hold)) AS k(n, state, v)
@@ -610,29 +648,18 @@ BEGIN
         UNION ALL
         SELECT 8, s.q, 0, format('queue=%s', s.ql), CASE WHEN s.paused THEN 1 ELSE 0 END FROM s
         UNION ALL
-        SELECT 9, s.q, 0, format('queue=%s,kind=%s', s.ql, queue._prom_label(a.kind)), count(*)
-          FROM s JOIN queue.alerts a ON a.queue_name = s.q AND a.cleared_at IS NULL
-         GROUP BY s.q, s.ql, a.kind
+        SELECT 9, s.q, 0, format('queue=%s,kind=%s', s.ql, queue._prom_label(a.key)), a.value::numeric
+          FROM s CROSS JOIN LATERAL jsonb_each_text(s.open_alerts) a
         UNION ALL
-        SELECT 10, s.q, 0, format('queue=%s', s.ql),
-               coalesce(t.processed, 0)
-               + (SELECT count(*) FROM queue.item_done d
-                   WHERE d.queue_name = s.q AND d.completed_at > coalesce(t.counted_until, '-infinity'))
-          FROM s LEFT JOIN queue.metrics_totals t ON t.queue_name = s.q
+        SELECT 10, s.q, 0, format('queue=%s', s.ql), s.total_processed FROM s
         UNION ALL
-        SELECT 11, s.q, 0, format('queue=%s', s.ql),
-               coalesce(t.failed, 0)
-               + (SELECT count(*) FROM queue.failure_log f
-                   WHERE f.queue_name = s.q AND f.at > coalesce(t.counted_until, '-infinity'))
-          FROM s LEFT JOIN queue.metrics_totals t ON t.queue_name = s.q
+        SELECT 11, s.q, 0, format('queue=%s', s.ql), s.total_failed FROM s
         UNION ALL
         SELECT 12, s.q, 0, format('queue=%s,reason=%s', s.ql, queue._prom_label(r.key)), r.value::numeric
-          FROM s LEFT JOIN queue.metrics_totals t ON t.queue_name = s.q
-         CROSS JOIN LATERAL jsonb_each_text(queue._add_counts(
-                   coalesce(t.dead, '{}'),
-                   queue._dead_by_reason(s.q, coalesce(t.counted_until, '-infinity'), 'infinity'))) r),
-    lines (ord, q, sub, labels, line) AS (
-        SELECT f.ord, '', -2, '', format('# HELP %s %s', f.name, f.help) FROM fam f
+          FROM s CROSS JOIN LATERAL jsonb_each_text(s.total_dead) r),
+    lines AS (
+        SELECT f.ord, ''::text AS q, -2 AS sub, ''::text AS labels,
+               format('# HELP %s %s', f.name, f.help) AS line FROM fam f
         UNION ALL
         SELECT f.ord, '', -1, '', format('# TYPE %s %s', f.name, f.kind) FROM fam f
         UNION ALL

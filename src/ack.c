@@ -68,6 +68,7 @@ static SPIPlanPtr completed_events_plan = NULL;
 static SPIPlanPtr fail_lock_plan = NULL;
 static SPIPlanPtr failure_log_plan = NULL;
 static SPIPlanPtr retry_plan = NULL;
+static SPIPlanPtr citus_retry_plan = NULL;
 static SPIPlanPtr bury_plan = NULL;
 static SPIPlanPtr release_plan = NULL;
 static SPIPlanPtr extend_plan = NULL;
@@ -148,17 +149,26 @@ static SPIPlanPtr cancel_end_plan = NULL;
 	"INSERT INTO queue.failure_log (queue_name, item_id, attempt, worker, kind, error_code, error) " \
 	"VALUES ($1, $2, $3, $4, $5, $6, $7)"
 
-#define RETRY_SQL \
+#define RETRY_SQL_WITH(attempt, worker) \
 	"UPDATE queue.item_live " \
 	"   SET lease_token = NULL, lease_expires_at = NULL, worker = NULL, " \
 	"       visible_at = pg_catalog.now()" OP("+") "pg_catalog.make_interval(secs => $3), " \
 	"       run_at = pg_catalog.now()" OP("+") "pg_catalog.make_interval(secs => $3), " \
 	"       priority = base_priority, last_error = $4, error_code = $5, " \
 	"       errors = errors" OP("||") "pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(" \
-	"         'attempt', attempt, 'at', pg_catalog.now(), 'worker', worker, " \
+	"         'attempt', " attempt ", 'at', pg_catalog.now(), 'worker', " worker ", " \
 	"         'error', $4, 'error_code', $5)) " \
 	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
 	"RETURNING run_at"
+
+#define RETRY_SQL RETRY_SQL_WITH("attempt", "worker")
+
+/*
+ * Under Citus, which refuses stable functions over the columns in an
+ * UPDATE of a distributed table: the attempt and worker read under the
+ * row lock, as parameters.
+ */
+#define CITUS_RETRY_SQL RETRY_SQL_WITH("$6", "$7")
 
 #define BURY_SQL \
 	"SELECT queue._bury($1, $2, $3, $4, $5)"
@@ -635,9 +645,9 @@ queue_fail(PG_FUNCTION_ARGS)
 	}
 	else
 	{
-		Oid			rt[5] = {TEXTOID, INT8OID, FLOAT8OID, TEXTOID, TEXTOID};
-		Datum		rv[5];
-		char		rn[5] = {' ', ' ', ' ', ' ', ' '};
+		Oid			rt[7] = {TEXTOID, INT8OID, FLOAT8OID, TEXTOID, TEXTOID, INT4OID, TEXTOID};
+		Datum		rv[7];
+		char		rn[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 		char		details[128];
 
 		if (retry_s < 0)
@@ -648,8 +658,13 @@ queue_fail(PG_FUNCTION_ARGS)
 		rv[3] = PG_GETARG_DATUM(3);
 		rv[4] = PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4);
 		rn[4] = PG_ARGISNULL(4) ? 'n' : ' ';
-		queue_spi_exec_one(queue_prepare_cached(&retry_plan, RETRY_SQL, 5, rt),
-					   rv, rn, false, 0, SPI_OK_UPDATE_RETURNING, "scheduling retry");
+		rv[5] = Int32GetDatum(attempt);
+		rv[6] = worker;
+		rn[6] = worker_null ? 'n' : ' ';
+		queue_spi_exec_one(queue_citus_loaded() ?
+						   queue_prepare_cached(&citus_retry_plan, CITUS_RETRY_SQL, 7, rt) :
+						   queue_prepare_cached(&retry_plan, RETRY_SQL, 5, rt),
+						   rv, rn, false, 0, SPI_OK_UPDATE_RETURNING, "scheduling retry");
 		snprintf(details, sizeof(details), "{\"retry_in_seconds\": %.3f}", retry_s);
 		queue_log_event(queue_name, cfg.audit, DatumGetInt64(values[1]), "retrying",
 						worker_null ? NULL : TextDatumGetCString(worker), attempt, details);

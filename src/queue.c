@@ -131,6 +131,8 @@ _PG_init(void)
 
 	queue_notify_init();
 	queue_cache_init();
+
+	queue_distributed_init();
 }
 
 /*
@@ -145,11 +147,17 @@ queue_prepare_cached(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes
 	if (*slot == NULL)
 	{
 		/*
-		 * NB: always the generic plan.  The statements are written so that
-		 * it is the right one (index scans on the queue's own rows), and a
-		 * custom plan per call would cost more than most of them run.
+		 * NB: the generic plan on a plain server.  The statements are
+		 * written so that it is the right one (index scans on the queue's
+		 * own rows), and a custom plan per call would cost more than most of
+		 * them run.  Under Citus a generic plan of a statement on a
+		 * distributed table cannot be routed (its queue name is a
+		 * parameter), so there each call plans with its values bound and
+		 * Citus sends it to the one shard that holds the queue.
 		 */
 		SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes,
+											  queue_citus_loaded() ?
+											  CURSOR_OPT_CUSTOM_PLAN :
 											  CURSOR_OPT_GENERIC_PLAN);
 
 		if (plan == NULL)

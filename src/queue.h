@@ -161,6 +161,11 @@ extern void queue_spi_exec_one(SPIPlanPtr plan, Datum *values, const char *nulls
 extern void queue_spi_connect(void);
 extern void queue_spi_finish(void);
 
+/* distributed.c */
+extern bool queue_citus_loaded(void);
+extern int64 queue_claim_token(void);
+extern void queue_distributed_init(void);
+
 /* validate.c */
 extern char *queue_check_name(Datum name_datum, bool isnull);
 extern void queue_check_not_null(bool isnull, const char *argname);
