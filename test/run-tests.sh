@@ -14,16 +14,19 @@
 #                      clone in a 0700 folder (as root; skipped otherwise)
 #   7. ecosystem       test/ecosystem/run.sh (postgres_exporter, PgBouncer,
 #                      the bot examples in Python, Node.js and psql)
+#   8. citus           test/citus/run.sh: on a Citus cluster, when the Citus
+#                      source is found (CITUS_SRC or shared/deps/ next to the
+#                      repository); said to be skipped otherwise
 # initdb refuses to run as root, so as root the suites run as the postgres
 # OS user in a scratch copy of the tree.  Exits non-zero if any test
 # failed; failing diffs and logs are printed.
 #
-#   SUITES="regress isolation tap tools tools-asan demo ecosystem"   choose suites (default: all)
+#   SUITES="regress isolation tap tools tools-asan demo ecosystem citus"   choose suites (default: all)
 
 set -u
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-SUITES=${SUITES:-"regress isolation tap tools tools-asan demo ecosystem"}
+SUITES=${SUITES:-"regress isolation tap tools tools-asan demo ecosystem citus"}
 cd "$REPO"
 
 test/deps.sh || exit 1
@@ -83,7 +86,7 @@ run_suite() {
 			t_ok=$(grep -cE '^test/t/.* ok' "$log" || true)
 			t_bad=$(grep -cE '^test/t/.* (Failed|Dubious|No subtests)' "$log" || true)
 			passed=$((passed + t_ok)); failed=$((failed + t_bad)) ;;
-		tools | tools-asan | demo | ecosystem)
+		tools | tools-asan | demo | ecosystem | citus)
 			t_ok=$(grep -cE '^ok ' "$log" || true)
 			t_bad=$(grep -cE '^not ok ' "$log" || true)
 			passed=$((passed + t_ok)); failed=$((failed + t_bad)) ;;
@@ -118,6 +121,17 @@ for s in $SUITES; do
 				bash "$WORK/test/worker/run.sh" ;;
 		demo) run_suite demo env PG_CONFIG="$PG_CONFIG" bash "$REPO/test/demo/clone.sh" ;;
 		ecosystem) run_suite ecosystem bash "$WORK/test/ecosystem/run.sh" ;;
+		citus)
+			# builds Citus as root, then runs the cluster as postgres itself
+			if src=$(test/citus/run.sh --find-source); then
+				as=("${RUN_AS[@]}")
+				RUN_AS=()
+				run_suite citus env PG_CONFIG="$PG_CONFIG" bash "$REPO/test/citus/run.sh"
+				RUN_AS=("${as[@]}")
+			else
+				echo "=== citus: SKIPPED (no Citus source; set CITUS_SRC to a Citus source directory or"
+				echo "    archive, or put citus-*.tar.gz in shared/deps/ next to the repository)"
+			fi ;;
 		*) echo "unknown suite $s"; exit 2 ;;
 	esac
 done

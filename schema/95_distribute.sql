@@ -1,0 +1,259 @@
+-- ======================================================================
+-- Scale-out on Citus: queue.distribute() and queue.distributed().
+-- Every statement is replayable: the upgrade part of the same name is a
+-- link to this file.
+-- ======================================================================
+--
+-- On a Citus coordinator, distribute() spreads the queues over the worker
+-- nodes: every table with a queue_name column (items, history, dead
+-- letters, events, failures, dedup window, alerts, metrics...) becomes a
+-- hash-distributed table on queue_name, all colocated with item_live, so
+-- that everything of one queue lives in one shard group on one node; the
+-- small tables every call reads (settings, per-queue grants, the worker
+-- registry and its maintenance windows) become reference tables, copied to
+-- every node.  The API functions that take a queue name first and touch
+-- only that queue are then delegated: the coordinator sends the whole call
+-- to the node that holds the queue, in one round trip.
+--
+-- Not delegated, on purpose: enqueue, enqueue_batch and replay wake
+-- LISTENing bots with NOTIFY, which only reaches listeners of the server
+-- that sends it, so they run on the coordinator (their statements are still
+-- routed to the queue's one node).  Queue DDL, pause, grants and the
+-- cross-queue functions (sweep, stats, health, prometheus) run on the
+-- coordinator too.
+--
+-- The settings tables carry the statement triggers that make every backend
+-- drop its cached settings (queue._invalidate_cache).  Citus refuses
+-- reference tables with triggers unless citus.enable_unsafe_triggers is on
+-- while they are created; the triggers are then copied to every node's
+-- placement and fire there on each write, so a pause or alter_queue written
+-- through the coordinator invalidates the caches of the node that runs the
+-- calls.  distribute() turns the setting on for its own transaction only.
+
+CREATE OR REPLACE FUNCTION queue.distributed() RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_yes boolean;
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        RETURN false;
+    END IF;
+    -- planned only here, where the Citus catalog exists
+    SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p
+                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'queue.item_live'::pg_catalog.regclass)
+      INTO v_yes;
+    RETURN v_yes;
+END
+$$;
+COMMENT ON FUNCTION queue.distributed() IS
+    'Whether the queue tables are distributed over a Citus cluster (see queue.distribute())';
+
+-- The API functions delegated to the node holding their queue: they take
+-- the queue name first and touch that queue's rows only.
+CREATE OR REPLACE FUNCTION queue._delegated_functions() RETURNS SETOF pg_catalog.regprocedure
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT f::pg_catalog.regprocedure
+      FROM pg_catalog.unnest(ARRAY[
+        'queue.dequeue(text, text, integer, interval)',
+        'queue.complete(text, bigint, bigint, jsonb)',
+        'queue.complete_batch(text, bigint[], bigint[], jsonb)',
+        'queue.fail(text, bigint, bigint, text, text, boolean, interval)',
+        'queue.release(text, bigint, bigint, timestamp with time zone)',
+        'queue.extend_lease(text, bigint, bigint, interval)',
+        'queue.checkpoint(text, bigint, bigint, jsonb)',
+        'queue.hold(text, bigint, text)',
+        'queue.unhold(text, bigint)',
+        'queue.cancel(text, bigint, text)',
+        'queue.item(text, bigint)',
+        'queue.review(text, bigint, text, text)']) AS f
+     WHERE pg_catalog.to_regprocedure(f) IS NOT NULL
+$$;
+COMMENT ON FUNCTION queue._delegated_functions() IS
+    'API functions queue.distribute() delegates to the node holding the queue';
+
+-- What each node needs of its own, run on every node by distribute():
+--
+-- Sequences (item ids, lease tokens, event and failure ids) are local to
+-- each node: a call delegated to a worker draws from that worker's copy.
+-- Each node draws from its own range, its Citus group id times 2^48, so
+-- ids and lease tokens never repeat across nodes and still grow.  A
+-- sequence is raised into its range, never lowered.
+--
+-- queue._can_read runs inside the shard queries of the views and of the
+-- row-level security policies, and reads the settings and grants there:
+-- Citus refuses such nested queries unless
+-- citus.allow_nested_distributed_execution is on.  They only read
+-- reference tables, whose every node holds a full copy, so the answer is
+-- the same as on the coordinator: the setting is attached to that function.
+CREATE OR REPLACE FUNCTION queue._prepare_node() RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_group bigint;
+    v_start bigint;
+    v_last bigint;
+    v_moved int := 0;
+    r record;
+BEGIN
+    ALTER FUNCTION queue._can_read(text) SET citus.allow_nested_distributed_execution = on;
+    SELECT g.groupid INTO v_group FROM pg_catalog.pg_dist_local_group g;
+    IF coalesce(v_group, 0) OPERATOR(pg_catalog.=) 0 THEN
+        RETURN 0;
+    END IF;
+    v_start := v_group OPERATOR(pg_catalog.<<) 48;
+    FOR r IN
+        SELECT s.seqrelid::regclass AS seq
+          FROM pg_catalog.pg_sequence s
+          JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) s.seqrelid
+         WHERE c.relnamespace OPERATOR(pg_catalog.=) 'queue'::regnamespace
+           AND s.seqtypid OPERATOR(pg_catalog.=) 'pg_catalog.int8'::regtype
+    LOOP
+        SELECT q.last_value INTO v_last FROM pg_catalog.pg_sequences q
+         WHERE q.schemaname OPERATOR(pg_catalog.=) 'queue'
+           AND (q.schemaname || '.' || q.sequencename) OPERATOR(pg_catalog.=) r.seq::text;
+        IF coalesce(v_last, 0) OPERATOR(pg_catalog.<) v_start THEN
+            PERFORM pg_catalog.setval(r.seq, v_start);
+            v_moved := v_moved OPERATOR(pg_catalog.+) 1;
+        END IF;
+    END LOOP;
+    RETURN v_moved;
+END
+$$;
+COMMENT ON FUNCTION queue._prepare_node() IS
+    'Readies this node for distributed queues: its own sequence range, nested reads of the settings';
+
+CREATE OR REPLACE FUNCTION queue.distribute(shard_count int DEFAULT NULL)
+RETURNS TABLE (object text, action text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_anchor constant regclass := 'queue.item_live'::regclass;
+    v_reference constant text[] := ARRAY['queue_config', 'queue_grant',
+                                         'worker_registry', 'maintenance_window'];
+    r record;
+    v_done boolean;
+    v_moved int := 0;
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        RAISE EXCEPTION 'Citus is not installed in this database'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Add citus to shared_preload_libraries on every node, run CREATE EXTENSION citus, '
+                         'add the worker nodes, then call queue.distribute() on the coordinator.';
+    END IF;
+    IF shard_count IS NOT NULL AND (shard_count < 1 OR shard_count > 64000) THEN
+        RAISE EXCEPTION 'shard_count % is out of range', shard_count
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use 1 to 64000 shards; several per node lets queues spread and move.';
+    END IF;
+    v_done := pg_catalog.citus_is_coordinator();
+    IF NOT v_done THEN
+        RAISE EXCEPTION 'queue.distribute() must run on the Citus coordinator'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Connect to the coordinator, or register it with citus_set_coordinator_host().';
+    END IF;
+    -- One distribute() at a time.
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('queue.distribute'), 0);
+
+    PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+    IF shard_count IS NOT NULL THEN
+        PERFORM pg_catalog.set_config('citus.shard_count', shard_count::text, true);
+    END IF;
+
+    -- Reference tables: the settings every call reads, and the tables keyed
+    -- by something else than a queue.
+    FOR r IN
+        SELECT c.oid::regclass AS rel, c.relname
+          FROM pg_catalog.pg_class c
+         WHERE c.relnamespace OPERATOR(pg_catalog.=) 'queue'::regnamespace
+           AND c.relkind OPERATOR(pg_catalog.=) 'r'
+           AND (c.relname OPERATOR(pg_catalog.=) ANY (v_reference)
+                OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                                WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid
+                                  AND a.attname OPERATOR(pg_catalog.=) 'queue_name'
+                                  AND NOT a.attisdropped))
+         ORDER BY c.relname
+    LOOP
+        v_done := EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p
+                           WHERE p.logicalrelid OPERATOR(pg_catalog.=) r.rel);
+        CONTINUE WHEN v_done;
+        PERFORM pg_catalog.create_reference_table(r.rel);
+        PERFORM pg_catalog.truncate_local_data_after_distributing_table(r.rel);
+        object := r.rel::text;
+        action := 'reference table';
+        RETURN NEXT;
+    END LOOP;
+
+    -- Per-queue tables: distributed by queue_name, colocated with item_live.
+    FOR r IN
+        SELECT c.oid::regclass AS rel
+          FROM pg_catalog.pg_class c
+         WHERE c.relnamespace OPERATOR(pg_catalog.=) 'queue'::regnamespace
+           AND c.relkind OPERATOR(pg_catalog.=) 'r'
+           AND NOT (c.relname OPERATOR(pg_catalog.=) ANY (v_reference))
+           AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                        WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid
+                          AND a.attname OPERATOR(pg_catalog.=) 'queue_name'
+                          AND NOT a.attisdropped)
+         ORDER BY c.oid OPERATOR(pg_catalog.<>) v_anchor, c.relname
+    LOOP
+        v_done := EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p
+                           WHERE p.logicalrelid OPERATOR(pg_catalog.=) r.rel);
+        CONTINUE WHEN v_done;
+        IF r.rel OPERATOR(pg_catalog.=) v_anchor THEN
+            PERFORM pg_catalog.create_distributed_table(r.rel, 'queue_name');
+        ELSE
+            PERFORM pg_catalog.create_distributed_table(r.rel, 'queue_name',
+                                                        colocate_with => v_anchor::text);
+        END IF;
+        PERFORM pg_catalog.truncate_local_data_after_distributing_table(r.rel);
+        object := r.rel::text;
+        action := 'distributed by queue_name';
+        RETURN NEXT;
+    END LOOP;
+
+    -- Delegate the per-queue API calls to the node holding the queue.
+    FOR r IN SELECT f FROM queue._delegated_functions() f
+    LOOP
+        v_done := EXISTS (SELECT 1 FROM pg_catalog.pg_dist_object o
+                           WHERE o.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+                             AND o.objid OPERATOR(pg_catalog.=) r.f::pg_catalog.oid
+                             AND o.distribution_argument_index IS NOT NULL);
+        CONTINUE WHEN v_done;
+        PERFORM pg_catalog.create_distributed_function(r.f, 'queue_name',
+                                                       colocate_with => v_anchor::text);
+        object := r.f::text;
+        action := 'delegated by queue_name';
+        RETURN NEXT;
+    END LOOP;
+
+    -- Each node's own settings (workers first, then this one).
+    FOR r IN SELECT w.nodename, w.nodeport, w.success, w.result
+               FROM pg_catalog.run_command_on_workers('SELECT queue._prepare_node()') w
+    LOOP
+        IF NOT r.success THEN
+            RAISE EXCEPTION 'could not prepare node %:% for distributed queues', r.nodename, r.nodeport
+                USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = r.result,
+                      HINT = 'Check that the queue extension is installed on every node, then call queue.distribute() again.';
+        END IF;
+        v_moved := v_moved OPERATOR(pg_catalog.+) (r.result::int OPERATOR(pg_catalog.>) 0)::int;
+    END LOOP;
+    PERFORM queue._prepare_node();
+    IF v_moved OPERATOR(pg_catalog.>) 0 THEN
+        object := 'sequences';
+        action := 'spread over ' || v_moved || ' nodes';
+        RETURN NEXT;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION queue.distribute(int) IS
+    'Distributes the queue tables over a Citus cluster by queue name and delegates the per-queue calls (idempotent)';
+
+REVOKE ALL ON FUNCTION queue.distribute(int) FROM PUBLIC;
+REVOKE ALL ON FUNCTION queue.distributed() FROM PUBLIC;
+REVOKE ALL ON FUNCTION queue._delegated_functions() FROM PUBLIC;
+REVOKE ALL ON FUNCTION queue._prepare_node() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.distribute(int) TO queue_admin;
+GRANT EXECUTE ON FUNCTION queue.distributed() TO queue_admin, queue_reader, queue_producer, queue_worker;

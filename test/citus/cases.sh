@@ -1,0 +1,334 @@
+# test/citus/cases.sh -- the cases of test/citus/run.sh, sourced by it
+# once the cluster runs (cpsql/wpsql, BASE, COORD_PORT, WORKER_PORTS).
+
+NTEST=0
+NFAIL=0
+
+ok() {
+	NTEST=$((NTEST + 1))
+	if [ "$1" = 0 ]; then
+		echo "ok $NTEST - $2"
+	else
+		NFAIL=$((NFAIL + 1))
+		echo "not ok $NTEST - $2"
+		[ -n "${3:-}" ] && printf '%s\n' "$3" | sed 's/^/#   /' | head -n 40
+	fi
+}
+
+# is WANT GOT NAME
+is() {
+	if [ "$2" = "$1" ]; then ok 0 "$3"; else ok 1 "$3" "expected: $1
+got:      $2"; fi
+}
+
+want_case() { [ -z "$FILTER" ] || [[ "$1" == *"$FILTER"* ]]; }
+
+# The node (host:port) holding queue $1's shards.
+queue_node() {
+	cpsql -c "SELECT n.nodename || ':' || n.nodeport
+	            FROM pg_dist_placement p JOIN pg_dist_node n ON n.groupid = p.groupid
+	           WHERE p.shardid = get_shard_id_for_distribution_column('queue.item_live', '$1')"
+}
+
+# A queue name whose shards are on worker $1 (1-based), from prefix $2.
+queue_on_worker() {
+	local want="127.0.0.1:${WORKER_PORTS[$(($1 - 1))]}" i
+	for i in $(seq 1 200); do
+		[ "$(queue_node "$2$i")" = "$want" ] && { echo "$2$i"; return 0; }
+	done
+	return 1
+}
+
+# ------------------------------------------------------------ distribute
+
+case_distribute() {
+	is f "$(cpsql -c 'CREATE EXTENSION queue' -c 'SELECT queue.distributed()')" \
+		"before distribute(): distributed() is false"
+	out=$(cpsql -c 'SELECT action, count(*) FROM queue.distribute(shard_count => 8) GROUP BY 1 ORDER BY 1' 2>&1)
+	ok $? "distribute() on the coordinator" "$out"
+	echo "$out" | sed 's/^/# /'
+	is t "$(cpsql -c 'SELECT queue.distributed()')" "after distribute(): distributed() is true"
+	is "" "$(cpsql -c 'SELECT * FROM queue.distribute()')" "distribute() again changes nothing"
+	# every table of the schema is a Citus table: per-queue ones colocated
+	is "0" "$(cpsql -c "SELECT count(*) FROM pg_class c WHERE c.relnamespace = 'queue'::regnamespace
+	                      AND c.relkind = 'r' AND c.oid NOT IN (SELECT logicalrelid FROM pg_dist_partition)")" \
+		"no queue table left local"
+	is "1" "$(cpsql -c "SELECT count(DISTINCT colocationid) FROM pg_dist_partition
+	                     WHERE logicalrelid::text LIKE 'queue.%' AND partmethod = 'h'")" \
+		"the per-queue tables share one colocation group"
+	is "t" "$(wpsql 1 -c 'SELECT queue.distributed()')" "a worker sees the same"
+	# sequences: each worker draws from its own range
+	is "t" "$(wpsql 1 -c "SELECT last_value >= (1::bigint << 48) FROM queue.lease_token_seq")" \
+		"worker sequences moved to their own range"
+}
+
+# --------------------------------------------------------------- smoke
+
+case_api() {
+	local out
+	out=$(cpsql 2>&1 <<-'SQL'
+		SELECT queue.create_queue('smoke', max_attempts => 3, audit => 'all');
+		SELECT queue.create_queue('smoke_cap', max_in_flight => 2);
+		SELECT queue.register_worker('smoke-bot');
+		SELECT count(*) FROM (SELECT queue.enqueue('smoke', jsonb_build_object('n', g), dedup_key => 'k' || g)
+		                        FROM generate_series(1, 6) g) e;
+		SELECT count(*) FROM queue.enqueue_batch('smoke', ARRAY['{"b": 1}', '{"b": 2}']::jsonb[]);
+		SELECT count(*) FROM queue.enqueue_batch('smoke_cap', array_fill('{}'::jsonb, ARRAY[5]));
+		-- claim, complete, fail, release, extend, checkpoint
+		CREATE TEMP TABLE got AS SELECT * FROM queue.dequeue('smoke', 'smoke-bot', 5);
+		SELECT count(*) FROM got;
+		SELECT queue.complete('smoke', item_id, lease_token, '{"ok": true}') FROM got ORDER BY item_id LIMIT 1;
+		SELECT queue.fail('smoke', item_id, lease_token, 'boom') FROM got ORDER BY item_id OFFSET 1 LIMIT 1;
+		SELECT queue.release('smoke', item_id, lease_token) IS NOT NULL FROM got ORDER BY item_id OFFSET 2 LIMIT 1;
+		SELECT queue.extend_lease('smoke', item_id, lease_token, '10 min') > now() FROM got ORDER BY item_id OFFSET 3 LIMIT 1;
+		SELECT queue.checkpoint('smoke', item_id, lease_token, '{"step": 2}') FROM got ORDER BY item_id OFFSET 3 LIMIT 1;
+		SELECT queue.complete_batch('smoke', array_agg(item_id), array_agg(lease_token)) FROM (SELECT * FROM got ORDER BY item_id OFFSET 3) g;
+		SELECT count(*) FROM queue.dequeue('smoke_cap', 'smoke-bot', 5);
+		SELECT state, count(*) FROM queue.items WHERE queue_name = 'smoke' GROUP BY 1 ORDER BY 1;
+		SELECT count(*) FROM queue.history WHERE queue_name = 'smoke';
+		SELECT queued, processing FROM queue.stats('smoke');
+		SELECT status FROM queue.health('smoke');
+		SELECT count(*) > 0 FROM queue.sweep();
+		SELECT queue.snapshot_metrics() >= 2;
+		SELECT count(*) FROM queue.metrics_history WHERE queue_name = 'smoke';
+		SQL
+	)
+	local want="
+
+
+6
+2
+5
+5
+t
+retrying
+t
+t
+t
+2
+2
+queued|4
+scheduled|1
+3
+4|0
+ok
+t
+t
+1"
+	is "$want" "$out" "API calls on distributed queues (the statements route to each queue's node)"
+	local tok
+	tok=$(cpsql -c "SELECT count(DISTINCT lease_token >> 48) FROM queue.item_live WHERE lease_token IS NOT NULL")
+	is 1 "$tok" "lease tokens drawn on the node holding the queue"
+}
+
+# ------------------------------------------------- single-shard proof
+
+# Runs $2 (SQL) on the coordinator with citus.log_remote_commands and
+# citus.log_local_commands on, on every node: the coordinator's client
+# then sees every command it sent ("on server N") and, forwarded, every
+# command a node ran or sent while serving the call ("from N").  Passes
+# when all of them name the node holding queue $1, and only it.
+one_node() {
+	local q=$1 sql=$2 name=$3 node sent nodes
+	node=$(queue_node "$q" 2>/dev/null)
+	sent=$(cpsql -c "SET client_min_messages = notice" -c "$sql" 2>&1 >/dev/null)
+	nodes=$(printf '%s\n' "$sent" |
+		sed -n -e 's/.*on server [^@]*@\([^ ]*\) connectionId.*/\1/p' -e 's/^DETAIL:  from \([^ ]*\)$/\1/p' |
+		sort -u)
+	if [ "$nodes" = "$node" ] && ! printf '%s\n' "$sent" | grep -q '^ERROR'; then
+		ok 0 "$name: one node ($node)"
+	else
+		ok 1 "$name: one node" "expected only $node; got: $(echo $nodes)
+$sent"
+	fi
+}
+
+case_single_shard() {
+	local q tok id
+	for p in "$COORD_PORT" "${WORKER_PORTS[@]}"; do
+		"$BINDIR/psql" -h "$BASE" -p "$p" -U postgres -d postgres -qAtX \
+			-c "ALTER SYSTEM SET citus.log_remote_commands = on" \
+			-c "ALTER SYSTEM SET citus.log_local_commands = on" -c "SELECT pg_reload_conf()" >/dev/null
+	done
+	q=$(queue_on_worker 2 ss_) || { ok 1 "a queue name on worker 2"; return; }
+	cpsql -c "SELECT queue.create_queue('$q', audit => 'all')" \
+		-c "SELECT queue.register_worker('ss-bot')" >/dev/null 2>&1
+	sleep 0.5
+	one_node "$q" "SELECT queue.enqueue('$q', '{\"n\": 1}')" "enqueue"
+	one_node "$q" "SELECT queue.enqueue_batch('$q', ARRAY['{}', '{}', '{}', '{}', '{}']::jsonb[])" "enqueue_batch"
+	cpsql -c "SELECT queue.heartbeat('ss-bot')" >/dev/null 2>&1
+	one_node "$q" "SELECT queue.dequeue('$q', 'ss-bot', 1)" "dequeue"
+	one_node "$q" "SELECT * FROM queue.dequeue('$q', 'ss-bot', 3)" "dequeue of a batch (FROM clause)"
+	read -r id tok <<<"$(cpsql -F ' ' -c "SET client_min_messages = warning" -c "SELECT item_id, lease_token FROM queue.item_live WHERE queue_name = '$q' AND lease_token IS NOT NULL ORDER BY item_id LIMIT 1")"
+	one_node "$q" "SELECT queue.extend_lease('$q', $id, $tok, '5 min')" "extend_lease"
+	one_node "$q" "SELECT queue.checkpoint('$q', $id, $tok, '{\"s\": 1}')" "checkpoint"
+	one_node "$q" "SELECT queue.complete('$q', $id, $tok)" "complete"
+	read -r id tok <<<"$(cpsql -F ' ' -c "SET client_min_messages = warning" -c "SELECT item_id, lease_token FROM queue.item_live WHERE queue_name = '$q' AND lease_token IS NOT NULL ORDER BY item_id LIMIT 1")"
+	one_node "$q" "SELECT queue.fail('$q', $id, $tok, 'boom')" "fail"
+	read -r id tok <<<"$(cpsql -F ' ' -c "SET client_min_messages = warning" -c "SELECT item_id, lease_token FROM queue.item_live WHERE queue_name = '$q' AND lease_token IS NOT NULL ORDER BY item_id LIMIT 1")"
+	one_node "$q" "SELECT queue.release('$q', $id, $tok)" "release"
+	read -r id tok <<<"$(cpsql -F ' ' -c "SET client_min_messages = warning" -c "SELECT array_agg(item_id), array_agg(lease_token) FROM queue.item_live WHERE queue_name = '$q' AND lease_token IS NOT NULL")"
+	one_node "$q" "SELECT queue.complete_batch('$q', '$id', '$tok')" "complete_batch"
+	id=$(cpsql -c "SET client_min_messages = warning" -c "SELECT min(item_id) FROM queue.history WHERE queue_name = '$q'")
+	one_node "$q" "SELECT * FROM queue.item('$q', $id)" "item"
+	for p in "$COORD_PORT" "${WORKER_PORTS[@]}"; do
+		"$BINDIR/psql" -h "$BASE" -p "$p" -U postgres -d postgres -qAtX \
+			-c "ALTER SYSTEM RESET citus.log_remote_commands" \
+			-c "ALTER SYSTEM RESET citus.log_local_commands" -c "SELECT pg_reload_conf()" >/dev/null
+	done
+}
+
+# LISTEN on the coordinator hears an enqueue made through the coordinator
+# into a queue living on a worker.
+case_listen() {
+	local q out
+	q=$(queue_on_worker 1 ln_) || { ok 1 "a queue name on worker 1"; return; }
+	cpsql -c "SELECT queue.create_queue('$q')" >/dev/null
+	cpsql -c "LISTEN queue_$q" -c "SELECT pg_sleep(2)" -c "SELECT 'after'" >"$BASE/listen.out" 2>&1 &
+	local pid=$!
+	sleep 0.7
+	cpsql -c "SELECT queue.enqueue('$q', '{}')" >/dev/null
+	wait $pid
+	out=$(grep -c "Asynchronous notification \"queue_$q\"" "$BASE/listen.out")
+	is 1 "$out" "LISTEN on the coordinator wakes on an enqueue into a queue on a worker"
+}
+
+# ------------------------------------------------------- concurrency
+
+# bot QUEUES... : a session that claims and completes, one item at a time,
+# round the queues, until all are empty; prints "queue item token ok".
+bot_script() {
+	local rounds=$1
+	shift
+	local q
+	for _ in $(seq 1 "$rounds"); do
+		for q in "$@"; do
+			echo "SELECT '$q', d.item_id, d.lease_token, queue.complete('$q', d.item_id, d.lease_token) FROM queue.dequeue('$q', 'bot-$$', 1) d;"
+		done
+	done
+}
+
+case_no_double_claim() {
+	local qs=() i n=200 pids=() out
+	for i in 1 2 3 4; do qs+=("ndc_$i"); done
+	for q in "${qs[@]}"; do
+		cpsql -c "SELECT queue.create_queue('$q')" \
+			-c "SELECT count(*) FROM queue.enqueue_batch('$q', array_fill('{}'::jsonb, ARRAY[$n]))" >/dev/null
+	done
+	for i in $(seq 1 8); do
+		bot_script 120 "${qs[@]}" >"$BASE/ndc_bot$i.sql"
+		cpsql -F ' ' -f "$BASE/ndc_bot$i.sql" >"$BASE/ndc_bot$i.out" 2>"$BASE/ndc_bot$i.err" &
+		pids+=($!)
+	done
+	wait "${pids[@]}"
+	out=$(cat "$BASE"/ndc_bot*.out | awk '{print $1, $2}' | sort | uniq -d | head)
+	is "" "$out" "8 bots on 4 distributed queues: no item claimed twice"
+	is "$((4 * n))" "$(cat "$BASE"/ndc_bot*.out | grep -c ' t$')" "every item completed once"
+	is "0" "$(cpsql -c "SELECT count(*) FROM queue.items WHERE queue_name LIKE 'ndc\_%'")" "nothing left live"
+	is "$((4 * n))" "$(cpsql -c "SELECT count(*) FROM queue.history WHERE queue_name LIKE 'ndc\_%'")" \
+		"history holds each item once"
+	is "" "$(cat "$BASE"/ndc_bot*.err)" "no bot saw an error"
+}
+
+# kill -9 of the worker node holding a queue while bots work on it; after
+# its restart nothing is lost and every item is processed.
+case_kill9() {
+	local q n=300 pids=() i w port dir out
+	q=$(queue_on_worker 1 k9_) || { ok 1 "a queue name on worker 1"; return; }
+	cpsql -c "SELECT queue.create_queue('$q', lease_timeout => '2 s')" \
+		-c "SELECT count(*) FROM queue.enqueue_batch('$q', array_fill('{}'::jsonb, ARRAY[$n]))" >/dev/null
+	for i in 1 2 3 4; do
+		bot_script 400 "$q" >"$BASE/k9_bot$i.sql"
+		cpsql -F ' ' -f "$BASE/k9_bot$i.sql" >"$BASE/k9_bot$i.out" 2>/dev/null &
+		pids+=($!)
+	done
+	sleep 1.5
+	dir="$BASE/worker1"
+	kill -KILL "$(head -n 1 "$dir/postmaster.pid")"
+	wait "${pids[@]}"
+	sleep 1
+	"$BINDIR/pg_ctl" -D "$dir" -l "$dir.log" -w start >/dev/null
+	ok $? "worker restarted after kill -9"
+	# what was claimed by the killed sessions comes back when its lease ends
+	sleep 3
+	bot_script $n "$q" >"$BASE/k9_after.sql"
+	for _ in 1 2 3; do
+		cpsql -F ' ' -f "$BASE/k9_after.sql" >>"$BASE/k9_after.out" 2>/dev/null
+		[ "$(cpsql -c "SELECT count(*) FROM queue.items WHERE queue_name = '$q'")" = 0 ] && break
+		sleep 3
+	done
+	is "0" "$(cpsql -c "SELECT count(*) FROM queue.items WHERE queue_name = '$q'")" "kill -9: nothing left live"
+	is "$n" "$(cpsql -c "SELECT count(*) FROM queue.history WHERE queue_name = '$q'")" \
+		"kill -9: every item processed, none lost"
+	is "0" "$(cpsql -c "SELECT count(*) FROM queue.dead_letters WHERE queue_name = '$q'")" "kill -9: none dead-lettered"
+}
+
+# citus_move_shard_placement of a queue's shard while bots work on it.
+case_shard_move() {
+	local q n=600 pids=() i shard from to out
+	q=$(queue_on_worker 1 mv_) || { ok 1 "a queue name on worker 1"; return; }
+	cpsql -c "SELECT queue.create_queue('$q', lease_timeout => '3 s')" \
+		-c "SELECT count(*) FROM queue.enqueue_batch('$q', array_fill('{}'::jsonb, ARRAY[$n]))" >/dev/null
+	shard=$(cpsql -c "SELECT get_shard_id_for_distribution_column('queue.item_live', '$q')")
+	for i in 1 2 3 4; do
+		bot_script 600 "$q" >"$BASE/mv_bot$i.sql"
+		cpsql -F ' ' -f "$BASE/mv_bot$i.sql" >"$BASE/mv_bot$i.out" 2>"$BASE/mv_bot$i.err" &
+		pids+=($!)
+	done
+	# and a producer adding more while the shard moves
+	( for i in $(seq 1 100); do echo "SELECT queue.enqueue('$q', '{\"late\": $i}');"; done ) >"$BASE/mv_prod.sql"
+	cpsql -f "$BASE/mv_prod.sql" >"$BASE/mv_prod.out" 2>"$BASE/mv_prod.err" &
+	pids+=($!)
+	sleep 0.5
+	out=$(cpsql -c "SELECT citus_move_shard_placement($shard, '127.0.0.1', ${WORKER_PORTS[0]},
+	                   '127.0.0.1', ${WORKER_PORTS[1]}, shard_transfer_mode => 'force_logical')" 2>&1)
+	ok $? "shard of $q moved from worker 1 to worker 2 under load" "$out"
+	wait "${pids[@]}"
+	is "127.0.0.1:${WORKER_PORTS[1]}" "$(queue_node "$q")" "the queue now lives on worker 2"
+	sleep 3.5
+	bot_script $((n + 100)) "$q" >"$BASE/mv_after.sql"
+	cpsql -F ' ' -f "$BASE/mv_after.sql" >"$BASE/mv_after.out" 2>&1
+	is "0" "$(cpsql -c "SELECT count(*) FROM queue.items WHERE queue_name = '$q'")" "after the move: nothing left live"
+	is "$((n + $(grep -c '^[0-9]' "$BASE/mv_prod.out")))" \
+		"$(cpsql -c "SELECT count(*) FROM queue.history WHERE queue_name = '$q'")" \
+		"after the move: every item enqueued was processed once"
+	is "" "$(cat "$BASE"/mv_bot*.out "$BASE/mv_after.out" | awk '$4 == "t" {print $2}' | sort | uniq -d | head)" \
+		"after the move: no item completed twice"
+	echo "# errors seen by clients during the move: $(cat "$BASE"/mv_bot*.err "$BASE/mv_prod.err" | grep -c ERROR)"
+}
+
+# ------------------------------------------------------------ regress
+
+# pg_regress on the coordinator with the subset of test/citus/regress.txt.
+case_regress() {
+	local tests pgr
+	tests=$(grep -v '^#' "$REPO/test/citus/regress.txt" | awk 'NF {print $1}')
+	pgr="$($PG_CONFIG --pkglibdir)/pgxs/src/test/regress/pg_regress"
+	# the database settings pg_regress gives the databases it creates
+	for p in "$COORD_PORT" "${WORKER_PORTS[@]}"; do
+		"$BINDIR/psql" -h "$BASE" -p "$p" -U postgres -d postgres -qAtX \
+			-c "ALTER DATABASE postgres SET datestyle = 'Postgres, MDY'" \
+			-c "ALTER DATABASE postgres SET timezone = 'PST8PDT'" \
+			-c "ALTER DATABASE postgres SET intervalstyle = 'postgres_verbose'" >/dev/null
+	done
+	mkdir -p "$BASE/regress"
+	cp -r "$REPO/sql" "$REPO/expected" "$BASE/regress/"
+	(cd "$BASE/regress" && "$pgr" --use-existing --host="$BASE" --port="$COORD_PORT" --user=postgres \
+		--dbname=postgres --inputdir=. --outputdir=. $tests) >"$BASE/regress.log" 2>&1
+	local st=$?
+	sed 's/^/# /' "$BASE/regress.log" | grep -E 'ok|FAILED|failed'
+	[ $st = 0 ] || head -c 20000 "$BASE/regress/regression.diffs" | sed 's/^/#   /'
+	ok $st "regress subset on the coordinator ($(echo $tests | wc -w) tests)"
+}
+
+for c in distribute api single_shard listen no_double_claim regress kill9 shard_move; do
+	# distribute always runs: the others need it
+	if [ $c = distribute ] || want_case $c; then
+		echo "# case $c"
+		case_$c
+	fi
+done
+
+echo "1..$NTEST"
+[ $NFAIL = 0 ] || { echo "# $NFAIL of $NTEST failed (logs in $BASE)"; KEEP_TMP=1; exit 1; }
+exit 0

@@ -1,0 +1,1 @@
+../../schema/95_distribute.sql
