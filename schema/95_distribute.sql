@@ -136,6 +136,7 @@ DECLARE
     r record;
     v_done boolean;
     v_moved int := 0;
+    v_fk boolean := false;
 BEGIN
     IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
         RAISE EXCEPTION 'Citus is not installed in this database'
@@ -158,8 +159,27 @@ BEGIN
     PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('queue.distribute'), 0);
 
     PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+    -- a foreign key to a reference table wants one connection per node
+    PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
     IF shard_count IS NOT NULL THEN
         PERFORM pg_catalog.set_config('citus.shard_count', shard_count::text, true);
+    END IF;
+
+    -- The foreign key of the schedules to the settings is dropped while the
+    -- tables are distributed and made again after: Citus would turn every
+    -- table of a foreign-key graph with a local table into a Citus local
+    -- table, recreating the extension's views over them, which it cannot.
+    IF pg_catalog.to_regclass('queue.schedule_config') IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p
+                        WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'queue.schedule_config'::pg_catalog.regclass)
+       AND EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
+                    WHERE k.conrelid OPERATOR(pg_catalog.=) 'queue.schedule_config'::pg_catalog.regclass
+                      AND k.conname OPERATOR(pg_catalog.=) 'schedule_config_queue_name_fkey') THEN
+        ALTER TABLE queue.schedule_config DROP CONSTRAINT schedule_config_queue_name_fkey;
+        -- and the workers' own copies, made by CREATE EXTENSION there
+        PERFORM pg_catalog.run_command_on_workers(
+            'ALTER TABLE queue.schedule_config DROP CONSTRAINT IF EXISTS schedule_config_queue_name_fkey');
+        v_fk := true;
     END IF;
 
     -- Reference tables: the settings every call reads, and the tables keyed
@@ -213,6 +233,11 @@ BEGIN
         action := 'distributed by queue_name';
         RETURN NEXT;
     END LOOP;
+
+    IF v_fk THEN
+        ALTER TABLE queue.schedule_config ADD CONSTRAINT schedule_config_queue_name_fkey
+            FOREIGN KEY (queue_name) REFERENCES queue.queue_config (queue_name) ON DELETE CASCADE;
+    END IF;
 
     -- Delegate the per-queue API calls to the node holding the queue.
     FOR r IN SELECT f FROM queue._delegated_functions() f
