@@ -88,7 +88,8 @@ run_suite() {
 			passed=$((passed + t_ok)); failed=$((failed + t_bad)) ;;
 		tools | tools-asan | demo | ecosystem | citus)
 			t_ok=$(grep -cE '^ok ' "$log" || true)
-			t_bad=$(grep -cE '^not ok ' "$log" || true)
+			# a known gap (TAP "# TODO") is reported, not counted as failed
+			t_bad=$(grep -E '^not ok ' "$log" | grep -vc '# TODO' || true)
 			passed=$((passed + t_ok)); failed=$((failed + t_bad)) ;;
 	esac
 	if [ $status != 0 ]; then
