@@ -120,6 +120,8 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text := queue._check_name(review.queue_name);
+    v_from text;
+    v_replayed_as bigint;
 BEGIN
     IF review.item_id IS NULL OR review.review_status IS NULL THEN
         RAISE EXCEPTION '% must not be null',
@@ -133,12 +135,27 @@ BEGIN
     END IF;
     PERFORM queue._check_text(review.note, 'note');
     PERFORM queue._check_access(v_name, 'reader');
+    SELECT d.review_status, d.replayed_as INTO v_from, v_replayed_as FROM queue.dead_letters d
+     WHERE d.queue_name = v_name AND d.item_id = review.item_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    -- a replayed letter is resolved by its replay for good
+    IF v_replayed_as IS NOT NULL AND review.review_status <> 'resolved' THEN
+        RAISE EXCEPTION 'dead letter % of queue "%" was replayed as item % and stays resolved',
+                        review.item_id, v_name, v_replayed_as
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = format('Review item %s instead.', v_replayed_as);
+    END IF;
     UPDATE queue.dead_letters d
        SET review_status = review.review_status,
            review_note = coalesce(review.note, d.review_note),
            reviewed_at = now()
      WHERE d.queue_name = v_name AND d.item_id = review.item_id;
-    RETURN FOUND;
+    PERFORM queue._event(v_name, review.item_id, 'reviewed', NULL, NULL,
+                         jsonb_build_object('review_status', review.review_status, 'from', v_from,
+                                            'by', session_user));
+    RETURN true;
 END
 $$;
 COMMENT ON FUNCTION queue.review(text, bigint, text, text)

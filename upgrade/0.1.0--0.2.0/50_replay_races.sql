@@ -1,5 +1,6 @@
 -- replay: a key holder that ends meanwhile frees the key (the insert is
--- tried again); replay_all skips letters a concurrent replay has taken.
+-- tried again); replay_all skips letters a concurrent replay has taken;
+-- review keeps a replayed letter resolved and records a reviewed event.
 
 CREATE OR REPLACE FUNCTION queue.replay(queue_name text, item_id bigint, payload jsonb DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -111,4 +112,52 @@ END
 $$;
 COMMENT ON FUNCTION queue.replay_all(text, text, timestamptz)
     IS 'Replays every dead letter still new or in review, optionally of one error_code or dead since a time';
+
+CREATE OR REPLACE FUNCTION queue.review(queue_name text, item_id bigint, review_status text,
+                             note text DEFAULT NULL)
+RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text := queue._check_name(review.queue_name);
+    v_from text;
+    v_replayed_as bigint;
+BEGIN
+    IF review.item_id IS NULL OR review.review_status IS NULL THEN
+        RAISE EXCEPTION '% must not be null',
+                        CASE WHEN review.item_id IS NULL THEN 'item_id' ELSE 'review_status' END
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF review.review_status NOT IN ('new', 'in_review', 'resolved', 'rejected') THEN
+        RAISE EXCEPTION 'invalid review_status "%"', review.review_status
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Valid statuses are ''new'', ''in_review'', ''resolved'' and ''rejected''.';
+    END IF;
+    PERFORM queue._check_text(review.note, 'note');
+    PERFORM queue._check_access(v_name, 'reader');
+    SELECT d.review_status, d.replayed_as INTO v_from, v_replayed_as FROM queue.dead_letters d
+     WHERE d.queue_name = v_name AND d.item_id = review.item_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    -- a replayed letter is resolved by its replay for good
+    IF v_replayed_as IS NOT NULL AND review.review_status <> 'resolved' THEN
+        RAISE EXCEPTION 'dead letter % of queue "%" was replayed as item % and stays resolved',
+                        review.item_id, v_name, v_replayed_as
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = format('Review item %s instead.', v_replayed_as);
+    END IF;
+    UPDATE queue.dead_letters d
+       SET review_status = review.review_status,
+           review_note = coalesce(review.note, d.review_note),
+           reviewed_at = now()
+     WHERE d.queue_name = v_name AND d.item_id = review.item_id;
+    PERFORM queue._event(v_name, review.item_id, 'reviewed', NULL, NULL,
+                         jsonb_build_object('review_status', review.review_status, 'from', v_from,
+                                            'by', session_user));
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION queue.review(text, bigint, text, text)
+    IS 'Sets a dead letter''s review status (new, in_review, resolved, rejected); false if unknown';
 
