@@ -2,7 +2,7 @@
 #
 # LISTEN as a wake-up: committing an enqueue notifies queue_<name> (only
 # with notify on, only at commit), and every new alert raised by sweep
-# notifies queue_alerts with its id, queue and kind as JSON; an alert that stays
+# notifies queue_alerts with its row as JSON (bounded); an alert that stays
 # open is not announced again.
 
 use strict;
@@ -77,8 +77,9 @@ is(scalar(@n), 1, 'a new alert notifies queue_alerts once');
 my $alert = eval { decode_json($n[0][1]) } // {};
 is($alert->{queue_name}, 'loud', 'the payload names the alert as JSON: queue_name');
 is($alert->{kind}, 'sla_warning', '... kind');
-is_deeply([ sort keys %$alert ], [qw(alert_id kind queue_name)],
-	'... and nothing else: listeners read the row (no error text, bounded size)');
+is_deeply([ sort keys %$alert ], [qw(alert_id cleared_at details kind message queue_name raised_at)],
+	'... the row as JSON');
+cmp_ok(length($n[0][1]), '<', 8000, '... within the size NOTIFY accepts');
 is($alert->{alert_id},
 	$node->safe_psql('postgres',
 		q{SELECT alert_id FROM queue.alerts WHERE queue_name = 'loud' AND cleared_at IS NULL}),
