@@ -115,30 +115,37 @@ $$;
 COMMENT ON FUNCTION queue._excerpt(text, int) IS 'A caller''s text as alerts quote it: whitespace folded, at most p_max characters';
 
 -- Raise an alert unless one of that kind is open.  A new alert sends
--- NOTIFY queue_alerts with its id, queue and kind only: listeners read the
--- row (as a role that may read the queue), and a payload that cannot grow
--- never fails the caller (NOTIFY refuses payloads of 8000 bytes or more).
+-- NOTIFY queue_alerts with its row as JSON; the message is already cut to
+-- 1,000 characters, and details that would take the payload past 7,000
+-- bytes are left out of it (NOTIFY refuses 8,000 bytes or more, and must
+-- never fail the caller): listeners read them from the row.
 CREATE FUNCTION queue._raise_alert(p_queue text, p_kind text, p_message text,
                                    p_details jsonb DEFAULT '{}')
 RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
-    v_id bigint;
+    v_row queue.alerts;
+    v_payload text;
 BEGIN
     INSERT INTO queue.alerts (queue_name, kind, message, details)
     VALUES (p_queue, p_kind, queue._excerpt(p_message, 1000), coalesce(p_details, '{}'))
     ON CONFLICT (queue_name, kind) WHERE cleared_at IS NULL DO NOTHING
-    RETURNING alert_id INTO v_id;
-    IF v_id IS NULL THEN
+    RETURNING * INTO v_row;
+    IF v_row.alert_id IS NULL THEN
         RETURN false;
     END IF;
-    PERFORM pg_notify('queue_alerts',
-                      json_build_object('alert_id', v_id, 'queue_name', p_queue, 'kind', p_kind)::text);
+    v_payload := pg_catalog.row_to_json(v_row)::text;
+    IF pg_catalog.octet_length(v_payload) OPERATOR(pg_catalog.>) 7000 THEN
+        v_row.details := pg_catalog.jsonb_build_object('truncated', true);
+        v_row.message := queue._excerpt(v_row.message, 200);
+        v_payload := pg_catalog.row_to_json(v_row)::text;
+    END IF;
+    PERFORM pg_notify('queue_alerts', v_payload);
     RETURN true;
 END
 $$;
-COMMENT ON FUNCTION queue._raise_alert(text, text, text, jsonb) IS 'Raises an alert unless one of its kind is open; NOTIFY queue_alerts with its id, queue and kind';
+COMMENT ON FUNCTION queue._raise_alert(text, text, text, jsonb) IS 'Raises an alert unless one of its kind is open; NOTIFY queue_alerts with its row as JSON, bounded';
 
 CREATE FUNCTION queue._clear_alert(p_queue text, p_kind text)
 RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE

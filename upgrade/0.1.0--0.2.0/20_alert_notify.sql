@@ -1,5 +1,5 @@
 -- Alerts never fail their caller: NOTIFY queue_alerts carries the alert's
--- id, queue and kind; alerts and the breaker's pause reason quote bounded
+-- row as JSON, bounded; alerts and the breaker's pause reason quote bounded
 -- excerpts of error texts and worker lists.
 
 CREATE OR REPLACE FUNCTION queue._excerpt(p text, p_max int DEFAULT 200) RETURNS text
@@ -19,19 +19,25 @@ RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
-    v_id bigint;
+    v_row queue.alerts;
+    v_payload text;
 BEGIN
     INSERT INTO queue.alerts (queue_name, kind, message, details)
     VALUES (p_queue, p_kind, queue._excerpt(p_message, 1000), coalesce(p_details, '{}'))
     ON CONFLICT (queue_name, kind) WHERE cleared_at IS NULL DO NOTHING
-    RETURNING alert_id INTO v_id;
-    IF v_id IS NULL THEN
+    RETURNING * INTO v_row;
+    IF v_row.alert_id IS NULL THEN
         RETURN false;
     END IF;
-    PERFORM pg_notify('queue_alerts',
-                      json_build_object('alert_id', v_id, 'queue_name', p_queue, 'kind', p_kind)::text);
+    v_payload := pg_catalog.row_to_json(v_row)::text;
+    IF pg_catalog.octet_length(v_payload) OPERATOR(pg_catalog.>) 7000 THEN
+        v_row.details := pg_catalog.jsonb_build_object('truncated', true);
+        v_row.message := queue._excerpt(v_row.message, 200);
+        v_payload := pg_catalog.row_to_json(v_row)::text;
+    END IF;
+    PERFORM pg_notify('queue_alerts', v_payload);
     RETURN true;
 END
 $$;
-COMMENT ON FUNCTION queue._raise_alert(text, text, text, jsonb) IS 'Raises an alert unless one of its kind is open; NOTIFY queue_alerts with its id, queue and kind';
+COMMENT ON FUNCTION queue._raise_alert(text, text, text, jsonb) IS 'Raises an alert unless one of its kind is open; NOTIFY queue_alerts with its row as JSON, bounded';
 
