@@ -137,6 +137,11 @@ for s in $SUITES; do
 		*) echo "unknown suite $s"; exit 2 ;;
 	esac
 done
+case " $SUITES " in
+	*" citus "*) ;;
+	*) echo "=== citus: SKIPPED by default: the reworked claim statement does not run on Citus yet"
+	   echo "    (README, Scale-out: Limits found); 'make test-citus' or SUITES=citus runs it" ;;
+esac
 
 [ "$WORK" != "$REPO" ] && [ -z "$failed_suites" ] && rm -rf "$WORK"
 echo
