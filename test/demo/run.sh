@@ -156,6 +156,9 @@ port = $PORT
 shared_preload_libraries = 'pg_cron,queue'
 cron.database_name = 'demo'
 cron.use_background_workers = on
+# the breaker's run rule: 20 failures in a row trip it, however many
+# successes the window still holds (README, Fleet control)
+queue.breaker_run_rule = on
 max_worker_processes = 16
 max_connections = 60
 fsync = off
