@@ -28,8 +28,11 @@
 -- pg_cron's time zone (cron.timezone where pg_cron has it, else GMT).  A
 -- tick missed while no job ran (pg_cron down, the server stopped) is made
 -- up by the next run, once: only the newest missed tick of a schedule.
+--
+-- Every statement here is safe to run again: the upgrade from 0.1.0 runs
+-- this file as it is (upgrade/0.1.0--0.2.0/75_schedules.sql links to it).
 
-CREATE TABLE queue.schedule_config (
+CREATE TABLE IF NOT EXISTS queue.schedule_config (
     queue_name   text        NOT NULL
                  REFERENCES queue.queue_config (queue_name) ON DELETE CASCADE,
     name         text        NOT NULL,
@@ -47,7 +50,7 @@ CREATE TABLE queue.schedule_config (
     last_error   text,                   -- why the newest due tick failed, until one succeeds
     PRIMARY KEY (queue_name, name)
 );
-CREATE INDEX schedule_config_next_tick_idx ON queue.schedule_config (next_tick);
+CREATE INDEX IF NOT EXISTS schedule_config_next_tick_idx ON queue.schedule_config (next_tick);
 
 -- Cron expressions ------------------------------------------------------
 
@@ -55,7 +58,7 @@ CREATE INDEX schedule_config_next_tick_idx ON queue.schedule_config (next_tick);
 -- are separated by commas: '*', a value, a range 'a-b', each optionally
 -- with a step '/n' ('5/15' runs from 5 to the field's end); names index
 -- p_names from p_low.  In the day of month, '$' is the last day (32).
-CREATE FUNCTION queue._cron_field(p_expr text, p_field text, p_what text, p_low int,
+CREATE OR REPLACE FUNCTION queue._cron_field(p_expr text, p_field text, p_what text, p_low int,
                                   p_high int, p_names text[] DEFAULT NULL)
 RETURNS int[] LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
@@ -108,7 +111,7 @@ COMMENT ON FUNCTION queue._cron_field(text, text, text, int, int, text[])
 -- A cron expression as the values each field allows.  dom_star and
 -- dow_star tell, as in Vixie cron and pg_cron, whether the day fields
 -- start with '*': when neither does, a day matches either of them.
-CREATE FUNCTION queue._cron_parse(p_cron text,
+CREATE OR REPLACE FUNCTION queue._cron_parse(p_cron text,
                                   OUT minutes int[], OUT hours int[], OUT days int[],
                                   OUT months int[], OUT weekdays int[],
                                   OUT dom_star boolean, OUT dow_star boolean)
@@ -154,7 +157,7 @@ COMMENT ON FUNCTION queue._cron_parse(text)
     IS 'Parses a five-field cron expression (or @hourly, @daily...) into the values of each field';
 
 -- pg_cron's time zone: cron.timezone where pg_cron has the setting, else GMT.
-CREATE FUNCTION queue._cron_timezone() RETURNS text
+CREATE OR REPLACE FUNCTION queue._cron_timezone() RETURNS text
     LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT coalesce(NULLIF(pg_catalog.current_setting('cron.timezone', true), ''), 'GMT')
 $$;
@@ -164,7 +167,7 @@ COMMENT ON FUNCTION queue._cron_timezone() IS 'The time zone cron expressions ar
 -- one after p_at, else the newest one at or before p_at.  NULL when there
 -- is none within eight years (every weekday falls on every date, 29
 -- February included, within eight years).
-CREATE FUNCTION queue._cron_tick(p_cron text, p_at timestamptz, p_forward boolean)
+CREATE OR REPLACE FUNCTION queue._cron_tick(p_cron text, p_at timestamptz, p_forward boolean)
 RETURNS timestamptz LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
@@ -211,7 +214,7 @@ COMMENT ON FUNCTION queue._cron_tick(text, timestamptz, boolean)
 -- 'elsewhere' when it is loaded but lives in another database (its job
 -- for this database must then be created there).  55000 when pg_cron is
 -- not loaded, or should be here and is not installed.
-CREATE FUNCTION queue._schedule_clock()
+CREATE OR REPLACE FUNCTION queue._schedule_clock()
 RETURNS text LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
@@ -241,7 +244,7 @@ COMMENT ON FUNCTION queue._schedule_clock()
 
 -- Creates (or keeps) the job that runs run_schedules() every minute, or,
 -- with pg_cron in another database, says how to create it there.
-CREATE FUNCTION queue._schedule_job()
+CREATE OR REPLACE FUNCTION queue._schedule_job()
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 BEGIN
@@ -270,7 +273,7 @@ COMMENT ON FUNCTION queue._schedule_job()
 
 -- API ---------------------------------------------------------------------
 
-CREATE FUNCTION queue.schedule(queue_name text, name text, cron text, payload jsonb,
+CREATE OR REPLACE FUNCTION queue.schedule(queue_name text, name text, cron text, payload jsonb,
                                priority int DEFAULT 2, group_key text DEFAULT NULL,
                                limit_key text DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -337,7 +340,7 @@ $$;
 COMMENT ON FUNCTION queue.schedule(text, text, text, jsonb, int, text, text)
     IS 'Enqueues payload into the queue at every tick of a cron expression (pg_cron); replaces a schedule of the same name';
 
-CREATE FUNCTION queue.unschedule(queue_name text, name text)
+CREATE OR REPLACE FUNCTION queue.unschedule(queue_name text, name text)
 RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
@@ -364,7 +367,7 @@ COMMENT ON FUNCTION queue.unschedule(text, text)
 -- One tick of one schedule, in the caller's subtransaction: the newest due
 -- tick is enqueued and recorded under the row's lock, or nothing happens
 -- when it is recorded already.  Returns the item id, NULL if nothing was due.
-CREATE FUNCTION queue._schedule_fire(p_queue text, p_name text)
+CREATE OR REPLACE FUNCTION queue._schedule_fire(p_queue text, p_name text)
 RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
@@ -403,7 +406,7 @@ $$;
 COMMENT ON FUNCTION queue._schedule_fire(text, text)
     IS 'Enqueues the newest due tick of one schedule unless it is recorded already';
 
-CREATE FUNCTION queue.run_schedules()
+CREATE OR REPLACE FUNCTION queue.run_schedules()
 RETURNS int LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
@@ -435,7 +438,7 @@ $$;
 COMMENT ON FUNCTION queue.run_schedules()
     IS 'Enqueues the due tick of every schedule and returns how many it handled; run every minute by the pg_cron job queue_schedules';
 
-CREATE VIEW queue.schedules WITH (security_barrier) AS
+CREATE OR REPLACE VIEW queue.schedules WITH (security_barrier) AS
 SELECT s.queue_name, s.name, s.cron, s.payload, s.priority, s.group_key, s.limit_key,
        s.last_tick, s.last_item_id, s.last_run_at, s.next_tick, s.last_error,
        s.created_at, s.updated_at
