@@ -69,5 +69,37 @@ is(scalar(grep { $_ eq '3' } @lines), 8, 'each of 8 batches completed its 3 item
 cmp_ok($fetched, '<', 400,
 	"8 claims and batch completions of 3 items read a few rows each, not the queue (read $fetched)");
 
+# A batch claim on a never-analyzed queue: the candidate scan walks the
+# claim index in order (no bitmap scan of the whole queue and sort, which
+# a custom plan with a large LIMIT picks when the table has no
+# statistics), and the statement joins nothing (a join of the claimed
+# rows to the candidates, planned for one row, grew with the square of
+# the batch: a dequeue of 4,000 items took seconds).  Its plan is logged
+# by auto_explain.
+$node->safe_psql('postgres', q{
+	SELECT count(*) FROM queue.enqueue_batch('fresh',
+		(SELECT pg_catalog.array_agg(pg_catalog.jsonb_build_object('n', g))
+		   FROM pg_catalog.generate_series(1, 20000) g));
+});
+my $log_start = -s $node->logfile;
+$out = fetched_in(q{
+	LOAD 'auto_explain';
+	SET auto_explain.log_min_duration = 0;
+	SET auto_explain.log_nested_statements = on;
+	SELECT count(*) FROM queue.dequeue('fresh', 'w2', 1000);
+	RESET auto_explain.log_min_duration;
+});
+@lines = split /\n/, $out;
+is($lines[0], '1000', 'the batch claim got its 1,000 items');
+cmp_ok($lines[-1], '<', 2500,
+	"a claim of 1,000 of 24,900 items reads about the rows it claims (read $lines[-1])");
+my $log = slurp_file($node->logfile, $log_start);
+my ($plan) = $log =~ /(Query Text: WITH cand AS MATERIALIZED.*?)(?=\n\S[^\n]*LOG:|\z)/s;
+ok(defined $plan, 'the claim statement was logged with its plan');
+$plan //= '';
+like($plan, qr/Index Scan using item_live_claim_idx/, 'candidates come from an ordered scan of the claim index');
+unlike($plan, qr/Bitmap Heap Scan on item_live/, 'no bitmap scan of the whole queue');
+unlike($plan, qr/Nested Loop|Hash Join|Merge Join/, 'the claim statement joins nothing');
+
 $node->stop;
 done_testing();
