@@ -53,6 +53,7 @@
 #include "pgstat.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
@@ -128,6 +129,19 @@ static SPIPlanPtr lost_plan = NULL;
 static SPIPlanPtr claimed_event_plan = NULL;
 static SPIPlanPtr lane_claim_plan = NULL;
 
+/*
+ * The claim statement returns the leased rows first (their lease, no
+ * candidate columns), then every candidate it locked, in claim order,
+ * with its kind.  claim_round pairs the two by item id: a claimable
+ * candidate without a leased row was missed by the TID scan.  Pairing
+ * them in SQL would be a join of two CTE scans the planner estimates at
+ * one row each, a nested loop that grows with the square of the batch.
+ */
+#define CLAIM_ROW_LEASED	"0"
+#define CLAIM_ROW_EXPIRED	"1"
+#define CLAIM_ROW_SPENT		"2"
+#define CLAIM_ROW_CANDIDATE "3"
+
 #define CLAIM_SQL_WITH(start, lost, extra_set) \
 	"WITH cand AS MATERIALIZED (" \
 	"  SELECT i.item_id, i.ctid AS tid, i.priority AS prio, i.visible_at AS since, " \
@@ -162,15 +176,16 @@ static SPIPlanPtr lane_claim_plan = NULL;
 	"     AND i.queue_name" OP("=") OUTER_QUEUE_FILTER " " \
 	"  RETURNING i.item_id, i.lease_token, i.payload, i.progress, i.attempt, i.max_attempts, " \
 	"            i.base_priority, i.enqueued_at, i.lease_expires_at, i.dedup_key, i.correlation_id) " \
-	"SELECT cl.*, c.prio, c.since, c.lost, 0 AS junk " \
-	"  FROM claimed cl JOIN cand c ON c.item_id" OP("=") "cl.item_id " \
+	"SELECT cl.*, NULL::pg_catalog.int4, NULL::pg_catalog.timestamptz, NULL::pg_catalog.bool, " \
+	"       " CLAIM_ROW_LEASED " AS kind " \
+	"  FROM claimed cl " \
 	"UNION ALL " \
 	"SELECT c.item_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, " \
 	"       c.prio, c.since, c.lost, " \
-	"       CASE WHEN c.expired THEN 1 WHEN c.spent THEN 2 ELSE 3 END " \
-	"  FROM cand c WHERE c.expired OR c.spent " \
-	"     OR NOT EXISTS (SELECT FROM claimed m WHERE m.item_id" OP("=") "c.item_id) " \
-	"ORDER BY 12, 13, 1"
+	"       CASE WHEN c.expired THEN " CLAIM_ROW_EXPIRED " WHEN c.spent THEN " CLAIM_ROW_SPENT \
+	"            ELSE " CLAIM_ROW_CANDIDATE " END " \
+	"  FROM cand c " \
+	"ORDER BY 12 NULLS FIRST, 13, 1"
 
 /*
  * From the head of the claim index, below the band of limited keys' items
@@ -428,6 +443,81 @@ typedef struct ClaimContext
 } ClaimContext;
 
 /*
+ * claim_planner_settings
+ *		Planner settings for the claim statement, until AtEOXact_GUC() with
+ *		the level returned.  A table without statistics (never analyzed:
+ *		a fresh install, a restore) looks a few rows long, and for a large
+ *		batch the planner then prefers a bitmap scan of the whole queue and
+ *		a sort to the ordered walk of the claim index; without bitmap scans
+ *		the walk is the cheapest plan whatever the statistics say.  The
+ *		settings hold while the statement is planned (custom, generic or
+ *		re-planned after an invalidation) and run.
+ */
+static int
+claim_planner_settings(void)
+{
+	int			level = NewGUCNestLevel();
+
+	(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	return level;
+}
+
+/* A leased row of the claim's result, found again by item id. */
+typedef struct LeasedRow
+{
+	int64		item_id;
+	uint64		row;			/* its index in the result */
+} LeasedRow;
+
+static int
+leased_row_cmp(const void *a, const void *b)
+{
+	int64		x = ((const LeasedRow *) a)->item_id;
+	int64		y = ((const LeasedRow *) b)->item_id;
+
+	return (x > y) - (x < y);
+}
+
+/* The kind of a row of the claim's result (CLAIM_ROW_*). */
+static int32
+claim_row_kind(SPITupleTable *tuptable, uint64 row)
+{
+	bool		isnull;
+
+	return DatumGetInt32(SPI_getbinval(tuptable->vals[row], tuptable->tupdesc, 15, &isnull));
+}
+
+/*
+ * claim_emit
+ *		Hand out one leased row: append it to the result, note its id for
+ *		the claimed events and the rate records, and, when it revived a
+ *		lost lease (lost), for the lost-lease records.
+ */
+static void
+claim_emit(ClaimContext *ctx, HeapTuple tup, TupleDesc desc, bool lost,
+		   Datum *lost_ids, int *nlost, Datum *ev_ids, Datum *ev_attempts, int *nok)
+{
+	Datum		out[DEQUEUE_NCOLS];
+	bool		nulls[DEQUEUE_NCOLS];
+
+	for (int c = 0; c < DEQUEUE_NCOLS; c++)
+		out[c] = SPI_getbinval(tup, desc, c + 1, &nulls[c]);
+	tuplestore_putvalues(ctx->rsinfo->setResult, ctx->rsinfo->setDesc, out, nulls);
+	if (lost)
+		lost_ids[(*nlost)++] = out[0];
+	ev_ids[*nok] = out[0];
+	ev_attempts[*nok] = out[4];
+	(*nok)++;
+	ctx->ids[ctx->nids++] = out[0];
+	if (ctx->is_probe)
+	{
+		ctx->probe_id = DatumGetInt64(out[0]);
+		ctx->probe_expiry = DatumGetTimestampTz(out[8]);
+	}
+}
+
+/*
  * claim_round
  *		Claim up to `limit` items charged to cap stripe `stripe` (-1: no
  *		cap), from one limited key's lane or (lane NULL) from the rest of
@@ -449,6 +539,9 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 		int			njunk = 0;
 		int			nmissed = 0;
 		int			nok = 0;
+		uint64		nleased;
+		LeasedRow  *leased;
+		int			guc_level;
 		Datum	   *lost_ids = NULL;
 		int			nlost = 0;
 		Datum	   *ev_ids = NULL;
@@ -468,6 +561,7 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 		values[4] = Int16GetDatum((int16) Max(stripe, 0));
 		if (stripe < 0)
 			nulls[4] = 'n';
+		guc_level = claim_planner_settings();
 		if (lane)
 		{
 			Oid			lt[6] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, INT2OID, TEXTOID};
@@ -490,6 +584,7 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 						   queue_prepare_cached(&claim_plan, CLAIM_SQL, 5, argtypes) :
 						   queue_prepare_cached(&claim_plan_v1, CLAIM_SQL_V1, 5, argtypes),
 						   values, nulls, false, 0, SPI_OK_SELECT, "claim");
+		AtEOXact_GUC(false, guc_level);
 		tuptable = SPI_tuptable;
 		nrows = SPI_processed;
 
@@ -503,12 +598,17 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 		}
 		if (hint != NULL && !hinted)
 			hint->next_full = now + CLAIM_HINT_REFRESH_USECS;
-		if (hint != NULL && nrows > 0)
+		/* the leased rows come first, then the candidates in claim order */
+		nleased = 0;
+		while (nleased < nrows && claim_row_kind(tuptable, nleased) == 0)
+			nleased++;
+		if (hint != NULL && nleased < nrows)
 		{
+			HeapTuple	head = tuptable->vals[nleased];
 			bool		isnull;
 
-			hint->priority = DatumGetInt32(SPI_getbinval(tuptable->vals[0], tuptable->tupdesc, 12, &isnull));
-			hint->visible_at = DatumGetTimestampTz(SPI_getbinval(tuptable->vals[0], tuptable->tupdesc, 13, &isnull));
+			hint->priority = DatumGetInt32(SPI_getbinval(head, tuptable->tupdesc, 12, &isnull));
+			hint->visible_at = DatumGetTimestampTz(SPI_getbinval(head, tuptable->tupdesc, 13, &isnull));
 		}
 
 		if (nrows == 0)
@@ -522,59 +622,58 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 			break;
 		}
 
+		leased = palloc(sizeof(LeasedRow) * Max(nleased, 1));
+		for (uint64 r = 0; r < nleased; r++)
+		{
+			bool		isnull;
+
+			leased[r].item_id = DatumGetInt64(SPI_getbinval(tuptable->vals[r], tuptable->tupdesc,
+															 1, &isnull));
+			leased[r].row = r;
+		}
+		qsort(leased, nleased, sizeof(LeasedRow), leased_row_cmp);
+
 		lost_ids = palloc(sizeof(Datum) * nrows);
 		ev_ids = palloc(sizeof(Datum) * nrows);
 		ev_attempts = palloc(sizeof(Datum) * nrows);
-		for (uint64 r = 0; r < nrows; r++)
+		for (uint64 r = nleased; r < nrows; r++)
 		{
 			HeapTuple	tup = tuptable->vals[r];
 			TupleDesc	desc = tuptable->tupdesc;
 			bool		isnull;
-			int32		junk = DatumGetInt32(SPI_getbinval(tup, desc, 15, &isnull));
+			int32		kind = claim_row_kind(tuptable, r);
+			Oid			bt[3] = {TEXTOID, INT8OID, TEXTOID};
+			Datum		bv[3];
 
-			if (junk == 3)
+			if (kind == 3)
 			{
-				/* locked but missed by the TID scan: claimed next round */
-				nmissed++;
-				continue;
-			}
-			if (junk != 0 && ctx->nburied >= DEQUEUE_MAX_BURIED)
-				continue;		/* left for sweep or a later call */
-			if (junk != 0)
-			{
-				Oid			bt[3] = {TEXTOID, INT8OID, TEXTOID};
-				Datum		bv[3];
+				LeasedRow	key;
+				LeasedRow  *found;
+				bool		lost = DatumGetBool(SPI_getbinval(tup, desc, 14, &isnull));
 
-				ctx->nburied++;
-				bv[0] = ctx->qname;
-				bv[1] = SPI_getbinval(tup, desc, 1, &isnull);
-				bv[2] = CStringGetTextDatum(junk == 1 ? "expired" : "lease_expired");
-				queue_spi_exec(queue_prepare_cached(&bury_plan, BURY_SQL, 3, bt),
-							   bv, NULL, false, 0, SPI_OK_SELECT, "dead-lettering");
-				njunk++;
-				continue;
-			}
-			else
-			{
-				Datum		out[DEQUEUE_NCOLS];
-				bool		nulls[DEQUEUE_NCOLS];
-
-				for (int c = 0; c < DEQUEUE_NCOLS; c++)
-					out[c] = SPI_getbinval(tup, desc, c + 1, &nulls[c]);
-				tuplestore_putvalues(ctx->rsinfo->setResult, ctx->rsinfo->setDesc, out, nulls);
-				nclaimed++;
-				if (DatumGetBool(SPI_getbinval(tup, desc, 14, &isnull)))
-					lost_ids[nlost++] = out[0];
-				ev_ids[nok] = out[0];
-				ev_attempts[nok] = out[4];
-				nok++;
-				ctx->ids[ctx->nids++] = out[0];
-				if (ctx->is_probe)
+				key.item_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+				found = bsearch(&key, leased, nleased, sizeof(LeasedRow), leased_row_cmp);
+				if (found == NULL)
 				{
-					ctx->probe_id = DatumGetInt64(out[0]);
-					ctx->probe_expiry = DatumGetTimestampTz(out[8]);
+					/* locked but missed by the TID scan: claimed next round */
+					nmissed++;
+					continue;
 				}
+				claim_emit(ctx, tuptable->vals[found->row], desc, lost,
+						   lost_ids, &nlost, ev_ids, ev_attempts, &nok);
+				nclaimed++;
+				continue;
 			}
+			/* expired, or a lost lease whose attempts are spent */
+			if (ctx->nburied >= DEQUEUE_MAX_BURIED)
+				continue;		/* left for sweep or a later call */
+			ctx->nburied++;
+			bv[0] = ctx->qname;
+			bv[1] = SPI_getbinval(tup, desc, 1, &isnull);
+			bv[2] = CStringGetTextDatum(kind == 1 ? "expired" : "lease_expired");
+			queue_spi_exec(queue_prepare_cached(&bury_plan, BURY_SQL, 3, bt),
+						   bv, NULL, false, 0, SPI_OK_SELECT, "dead-lettering");
+			njunk++;
 		}
 
 		/* A lease that ran out counts as a failed attempt of its holder. */
