@@ -449,7 +449,11 @@ typedef struct ClaimContext
  *		a fresh install, a restore) looks a few rows long, and for a large
  *		batch the planner then prefers a bitmap scan of the whole queue and
  *		a sort to the ordered walk of the claim index; without bitmap scans
- *		the walk is the cheapest plan whatever the statistics say.  The
+ *		and sorts the walk is the only plan without a penalty, whatever
+ *		the statistics say (statistics taken while the queue was nearly
+ *		empty otherwise make a fetch of the whole queue by primary key and
+ *		a sort look cheapest; the result's own ORDER BY has no alternative
+ *		to a sort, so the penalty does not change its plan).  The
  *		settings hold while the statement is planned (custom, generic or
  *		re-planned after an invalidation) and run.
  */
@@ -459,6 +463,8 @@ claim_planner_settings(void)
 	int			level = NewGUCNestLevel();
 
 	(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("enable_sort", "off", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
 	return level;
 }
