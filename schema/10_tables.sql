@@ -4,6 +4,8 @@
 --                   breaker's state
 -- item_live         items that are queued, scheduled, on hold or processing
 -- item_done         processed items (the history), until retention
+--                   (partitioned by time, like failure_log and events:
+--                   see "History partitions" below)
 -- dead_letters      dead items with their error history and review status
 -- dedup_done        dedup keys of completed items, for dedup_window
 -- failure_log       one row per failed attempt (transient, permanent, lost
@@ -19,6 +21,20 @@
 -- therefore reads the head of its priority range and never walks past
 -- leased, scheduled or held rows, and an expired lease is claimable the
 -- moment it expires without any sweeper.
+--
+-- History partitions.  item_done, failure_log and events are range
+-- partitioned by their time (completed_at, at), so that retention drops
+-- whole partitions instead of deleting rows (queue.maintain_history in
+-- 70_maintenance.sql creates them ahead and drops them).  The parents carry
+-- no keys or indexes: each partition has its own, copied from the DEFAULT
+-- partition, which catches rows no range partition covers.  That keeps
+-- pg_dump's output restorable: it writes each partition created at run
+-- time (they are not members of the extension) as CREATE TABLE, ATTACH
+-- PARTITION and then its own keys and indexes, which would collide with
+-- indexes a parent index had cascaded to it.  The keys of each partition
+-- lead with the queue (queue_name, item_id / event_id / failure_id); an
+-- item is in the history once, because complete() moves it from item_live
+-- in one statement.
 
 CREATE TABLE queue.queue_config (
     queue_name          text        NOT NULL PRIMARY KEY,
@@ -138,13 +154,17 @@ CREATE TABLE queue.item_done (
     completed_at   timestamptz NOT NULL,
     dedup_key      text,
     correlation_id text,
-    progress       jsonb,
-    PRIMARY KEY (queue_name, item_id)
-);
+    progress       jsonb
+) PARTITION BY RANGE (completed_at);
+-- The safety net of the partitions (70_maintenance.sql): rows no range
+-- partition covers.  Its keys and indexes are the template of every range
+-- partition (queue.maintain_history copies them).
+CREATE TABLE queue.item_done_default PARTITION OF queue.item_done DEFAULT;
+ALTER TABLE queue.item_done_default ADD PRIMARY KEY (queue_name, item_id);
 -- per-queue completions by time: stats' last hour, snapshots, breaker window, retention
-CREATE INDEX item_done_queue_completed_idx ON queue.item_done (queue_name, completed_at);
+CREATE INDEX item_done_default_queue_completed_idx ON queue.item_done_default (queue_name, completed_at);
 -- a worker's completions by time: the workers view's 24-hour counts
-CREATE INDEX item_done_worker_idx ON queue.item_done (worker, completed_at);
+CREATE INDEX item_done_default_worker_idx ON queue.item_done_default (worker, completed_at);
 
 CREATE TABLE queue.dead_letters (
     queue_name     text        NOT NULL,
@@ -201,14 +221,16 @@ CREATE TABLE queue.failure_log (
     attempt     int,
     worker      text,
     kind        text        NOT NULL
+                CONSTRAINT failure_log_kind_check
                 CHECK (kind IN ('transient', 'permanent', 'lease_expired', 'offline')),
     error_code  text,
-    error       text,
-    PRIMARY KEY (queue_name, failure_id)
-);
-CREATE INDEX failure_log_at_idx ON queue.failure_log (queue_name, at);
+    error       text
+) PARTITION BY RANGE (at);
+CREATE TABLE queue.failure_log_default PARTITION OF queue.failure_log DEFAULT;
+ALTER TABLE queue.failure_log_default ADD PRIMARY KEY (queue_name, failure_id);
+CREATE INDEX failure_log_default_at_idx ON queue.failure_log_default (queue_name, at);
 -- a worker's failed attempts by time: the workers view's 24-hour counts
-CREATE INDEX failure_log_worker_idx ON queue.failure_log (worker, at);
+CREATE INDEX failure_log_default_worker_idx ON queue.failure_log_default (worker, at);
 
 CREATE TABLE queue.worker_registry (
     worker        text        NOT NULL PRIMARY KEY,
@@ -249,11 +271,12 @@ CREATE TABLE queue.events (
     kind       text        NOT NULL,
     worker     text,
     attempt    int,
-    details    jsonb       NOT NULL DEFAULT '{}',
-    PRIMARY KEY (queue_name, event_id)
-);
-CREATE INDEX events_at_idx ON queue.events (queue_name, at);
-CREATE INDEX events_item_idx ON queue.events (queue_name, item_id) WHERE item_id IS NOT NULL;
+    details    jsonb       NOT NULL DEFAULT '{}'
+) PARTITION BY RANGE (at);
+CREATE TABLE queue.events_default PARTITION OF queue.events DEFAULT;
+ALTER TABLE queue.events_default ADD PRIMARY KEY (queue_name, event_id);
+CREATE INDEX events_default_at_idx ON queue.events_default (queue_name, at);
+CREATE INDEX events_default_item_idx ON queue.events_default (queue_name, item_id) WHERE item_id IS NOT NULL;
 
 CREATE TABLE queue.alerts (
     queue_name text        NOT NULL,

@@ -90,6 +90,7 @@ SELECT f.sig,
     ('apply_retention(text)'),
     ('sweep_dropped()'),
     ('run_sweep()'),
+    ('maintain_history()'),
     ('snapshot_metrics()'),
     ('enable_cron(text, text)'),
     ('disable_cron()'),
@@ -124,8 +125,15 @@ SELECT c.relname, c.relkind, c.relrowsecurity AS rls,
   FROM pg_class c
   LEFT JOIN LATERAL aclexplode(c.relacl) a ON a.grantee <> c.relowner
  WHERE c.relnamespace = 'queue'::regnamespace AND c.relkind IN ('r', 'v', 'S', 'm', 'p')
+   AND NOT (c.relispartition AND pg_get_expr(c.relpartbound, c.oid) <> 'DEFAULT')
  GROUP BY c.relname, c.relkind, c.relrowsecurity
  ORDER BY c.relname;
+-- the history's range partitions (named by date, made by maintain_history)
+-- are read through their tables only
+SELECT count(*) FILTER (WHERE c.relacl IS NOT NULL) AS partitions_with_grants
+  FROM pg_class c
+ WHERE c.relnamespace = 'queue'::regnamespace AND c.relispartition
+   AND pg_get_expr(c.relpartbound, c.oid) <> 'DEFAULT';
 SELECT DISTINCT r.rolname, has_table_privilege(r.rolname, c.oid, 'SELECT') AS can_select
   FROM pg_class c, pg_roles r
  WHERE c.relnamespace = 'queue'::regnamespace

@@ -13,14 +13,17 @@ SELECT count(*) > 20 AS many_security_definer
   FROM pg_proc p WHERE p.pronamespace = 'queue'::regnamespace AND p.prosecdef;
 
 -- case: the functions belong to a superuser and none builds SQL text:
--- no PL/pgSQL EXECUTE, no C function calls SPI_execute with a string built at run time
+-- no PL/pgSQL EXECUTE, no C function calls SPI_execute with a string built at run time;
+-- but the DDL of the history's partitions, which names tables (its own
+-- table names and partition names read from the catalog, quoted with %I)
 SELECT p.oid::regprocedure AS not_superuser_owned
   FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
  WHERE p.pronamespace = 'queue'::regnamespace AND NOT r.rolsuper;
 SELECT p.oid::regprocedure AS dynamic_sql
   FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
  WHERE p.pronamespace = 'queue'::regnamespace AND l.lanname = 'plpgsql'
-   AND p.prosrc ~* '\mexecute\M';
+   AND p.prosrc ~* '\mexecute\M'
+ ORDER BY p.oid::regprocedure::text;
 
 -- Roles: two tenants' workers, a worker without grants, a producer, a
 -- team whose members share a grant, and the hostile user.

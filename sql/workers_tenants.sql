@@ -44,10 +44,10 @@ SELECT worker, in_flight, completed_24h, failed_24h, queues
 RESET ROLE;
 
 -- case: the 24-hour counts read indexes led by the worker, not the whole
--- day of history
+-- day of history (each partition has them, copied from the DEFAULT one)
 SELECT indexrelid::regclass AS index, pg_get_indexdef(indexrelid) LIKE '%(worker, %' AS led_by_worker
   FROM pg_index
- WHERE indrelid IN ('queue.item_done'::regclass, 'queue.failure_log'::regclass)
+ WHERE indrelid IN ('queue.item_done_default'::regclass, 'queue.failure_log_default'::regclass)
    AND pg_get_indexdef(indexrelid) LIKE '%(worker, %'
  ORDER BY 1;
 

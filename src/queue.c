@@ -37,9 +37,13 @@ PG_MODULE_MAGIC;
 
 PG_FUNCTION_INFO_V1(queue_caller);
 PG_FUNCTION_INFO_V1(queue_worker_offline_after_seconds);
+PG_FUNCTION_INFO_V1(queue_history_partition_width_seconds);
 
 int			queue_max_payload_bytes = QUEUE_DEFAULT_MAX_PAYLOAD_BYTES;
 int			queue_worker_offline_after = QUEUE_DEFAULT_WORKER_OFFLINE_AFTER;
+
+/* Time span of one history partition (queue.history_partition_width). */
+static int	queue_history_partition_width = QUEUE_DEFAULT_HISTORY_PARTITION_WIDTH;
 
 /* Values of queue.notify_handoff (notify.c reads it). */
 static const struct config_enum_entry notify_handoff_options[] = {
@@ -107,6 +111,12 @@ static const QueueGuc queue_gucs[] = {
 		"on: a run of failures trips it too, however many successes the window holds.",
 		&queue_breaker_run_rule, 0, 0, 0,
 		breaker_run_rule_options, PGC_SUSET, 0},
+	{"queue.history_partition_width",
+		"Time span of each partition of the history, the events and the failure log.",
+		"maintain_history() creates partitions of this width ahead of time; "
+		"a change applies to the partitions it creates next.",
+		&queue_history_partition_width, QUEUE_DEFAULT_HISTORY_PARTITION_WIDTH, 60, INT_MAX,
+		NULL, PGC_SUSET, GUC_UNIT_S},
 };
 
 void		_PG_init(void);
@@ -288,4 +298,16 @@ Datum
 queue_worker_offline_after_seconds(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_INT32(queue_worker_offline_after);
+}
+
+/*
+ * queue._history_partition_width() returns int
+ *
+ * Current value of queue.history_partition_width in seconds (loading the
+ * module, like queue._worker_offline_after).
+ */
+Datum
+queue_history_partition_width_seconds(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT32(queue_history_partition_width);
 }

@@ -92,7 +92,13 @@ my $catalog_sql = q{
 	SELECT 'relation ' || c.relname || ' ' || c.relkind::text || ' rls=' || c.relrowsecurity
 	       || ' acl=' || coalesce(c.relacl::text, 'default')
 	       || ' options=' || coalesce(array_to_string(c.reloptions, ','), '')
-	  FROM pg_class c WHERE c.relnamespace = 'queue'::regnamespace
+	       || coalesce(' partitioned by ' || pg_get_partkeydef(c.oid), '')
+	       || coalesce(' partition of ' || p.inhparent::regclass || ' '
+	                   || pg_get_expr(c.relpartbound, c.oid), '')
+	  FROM pg_class c LEFT JOIN pg_inherits p ON p.inhrelid = c.oid
+	 WHERE c.relnamespace = 'queue'::regnamespace AND NOT queue_test_range_part(c.oid)
+	   AND NOT queue_test_range_part((SELECT i.indrelid FROM pg_index i WHERE i.indexrelid = c.oid))
+	   AND NOT queue_test_range_part((SELECT t.oid FROM pg_class t WHERE t.reltoastrelid = c.oid))
 	UNION ALL
 	SELECT 'column ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
 	       || ' notnull=' || a.attnotnull
@@ -100,13 +106,16 @@ my $catalog_sql = q{
 	  FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
 	  LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 	 WHERE c.relnamespace = 'queue'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
+	   AND NOT queue_test_range_part(c.oid)
+	   AND NOT queue_test_range_part((SELECT i.indrelid FROM pg_index i WHERE i.indexrelid = c.oid))
 	UNION ALL
 	SELECT 'index ' || pg_get_indexdef(i.indexrelid)
 	  FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
-	 WHERE c.relnamespace = 'queue'::regnamespace
+	 WHERE c.relnamespace = 'queue'::regnamespace AND NOT queue_test_range_part(c.oid)
 	UNION ALL
 	SELECT 'constraint ' || conrelid::regclass || ' ' || conname || ' ' || pg_get_constraintdef(oid)
 	  FROM pg_constraint WHERE connamespace = 'queue'::regnamespace
+	   AND NOT queue_test_range_part(conrelid)
 	UNION ALL
 	SELECT 'view ' || c.relname || ' ' || md5(pg_get_viewdef(c.oid))
 	  FROM pg_class c WHERE c.relnamespace = 'queue'::regnamespace AND c.relkind IN ('v', 'm')
@@ -126,6 +135,18 @@ my $catalog_sql = q{
 	SELECT 'role ' || rolname || ' login=' || rolcanlogin FROM pg_roles WHERE rolname LIKE 'queue\_%'
 	ORDER BY 1;
 };
+
+# The range partitions of the history tables are made at run time, named
+# by their dates (or, after an update, the converted 0.1.0 tables): they
+# are compared by their layout below, not by name.
+my $range_part_sql = q{
+	CREATE FUNCTION pg_temp.queue_test_range_part(r oid) RETURNS boolean LANGUAGE sql STABLE AS $$
+		SELECT coalesce((SELECT c.relispartition AND pg_get_expr(c.relpartbound, c.oid) <> 'DEFAULT'
+		                   FROM pg_class c WHERE c.oid = r), false)
+	$$;
+};
+$catalog_sql =~ s/queue_test_range_part/pg_temp.queue_test_range_part/g;
+$catalog_sql = $range_part_sql . $catalog_sql;
 
 my $data_before = $node->safe_psql('old', $data_sql);
 like($data_before, qr/^dead\|up\|/m, 'the old database has dead letters');
@@ -198,6 +219,40 @@ if ($catalog_after ne $catalog_fresh)
 	my %after = map { $_ => 1 } split /\n/, $catalog_after;
 	diag("only after update: $_") for grep { !$fresh{$_} } sort keys %after;
 	diag("only in fresh install: $_") for grep { !$after{$_} } sort keys %fresh;
+}
+
+# The partition layout: the update kept each 0.1.0 history table, rows and
+# all, as its table's partition from MINVALUE; maintain_history() then
+# adds partitions from where it ends, in the fresh database from now on.
+if ($current ne $first)
+{
+	my $layout_sql = q{
+		SELECT t.table_name || ' ' || count(p.*) || ' '
+		       || coalesce(string_agg(CASE WHEN p.lo IS NULL THEN p.partition_name END, ','), '-') || ' '
+		       || bool_and(p.lo IS NULL OR p.lo = (SELECT max(q.hi) FROM queue._history_partitions(t.table_name) q
+		                                           WHERE q.hi <= p.lo))
+		  FROM queue._history_tables() t
+		  LEFT JOIN LATERAL queue._history_partitions(t.table_name) p ON true
+		 GROUP BY t.table_name ORDER BY t.table_name};
+	is($node->safe_psql('old', $layout_sql),
+		"events 1 events_upgraded true\nfailure_log 1 failure_log_upgraded true\nitem_done 1 item_done_upgraded true",
+		'each 0.1.0 history table is the partition from MINVALUE of its new table');
+	is($node->safe_psql('fresh', q{
+		SELECT string_agg(p.table_name || '=' || (SELECT count(*) FROM queue._history_partitions(p.table_name)), ',')
+		  FROM queue._history_tables() p}),
+		'item_done=0,events=0,failure_log=0', 'a fresh install has only the DEFAULT partitions');
+	my $history_rows = $node->safe_psql('old', q{SELECT count(*) FROM queue.item_done_upgraded});
+	cmp_ok($history_rows, '>', 0, "the history rows of 0.1.0 are in it ($history_rows)");
+	$node->safe_psql('old', 'SELECT queue.maintain_history()');
+	$node->safe_psql('fresh', 'SELECT queue.maintain_history()');
+	is($node->safe_psql('old', $layout_sql),
+		"events 3 events_upgraded true\nfailure_log 3 failure_log_upgraded true\nitem_done 3 item_done_upgraded true",
+		'maintain_history adds the next two slots after it, without a gap');
+	is($node->safe_psql('fresh', $layout_sql),
+		"events 3 - true\nfailure_log 3 - true\nitem_done 3 - true",
+		'and three in the fresh database');
+	is($node->safe_psql('old', q{SELECT count(*) FROM queue.item_done}), $history_rows,
+		'the history keeps its rows');
 }
 
 # ---------------------------------------------------------------- still works

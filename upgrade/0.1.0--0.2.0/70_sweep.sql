@@ -42,16 +42,8 @@ BEGIN
     v_keep_outcomes := greatest(c.retention, c.breaker_window, interval '1 hour');
 
     -- processed history:
-    WITH d AS (
-        DELETE FROM queue.item_done d
-         WHERE d.queue_name = p_queue
-           AND d.item_id = ANY (ARRAY(SELECT x.item_id FROM queue.item_done x
-                              WHERE x.queue_name = p_queue
-                                AND x.completed_at < v_now - v_keep_outcomes
-                              ORDER BY x.completed_at LIMIT p_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    v_purged := v_purged + v_n;
+    v_purged := v_purged + queue._history_delete('item_done', p_queue, v_keep_outcomes,
+                                                 v_now, p_batch);
 
     -- resolved or rejected dead letters, kept for retention after review:
     WITH d AS (
@@ -66,28 +58,11 @@ BEGIN
     SELECT count(*) INTO v_n FROM d;
     v_purged := v_purged + v_n;
 
-    -- events:
-    WITH d AS (
-        DELETE FROM queue.events e
-         WHERE e.queue_name = p_queue
-           AND e.event_id = ANY (ARRAY(SELECT x.event_id FROM queue.events x
-                               WHERE x.queue_name = p_queue AND x.at < v_now - c.retention
-                               ORDER BY x.at LIMIT p_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    v_purged := v_purged + v_n;
-
-    -- failed attempts:
-    WITH d AS (
-        DELETE FROM queue.failure_log f
-         WHERE f.queue_name = p_queue
-           AND f.failure_id = ANY (ARRAY(SELECT x.failure_id FROM queue.failure_log x
-                                 WHERE x.queue_name = p_queue
-                                   AND x.at < v_now - v_keep_outcomes
-                                 ORDER BY x.at LIMIT p_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    v_purged := v_purged + v_n;
+    -- events and failed attempts:
+    v_purged := v_purged + queue._history_delete('events', p_queue, c.retention,
+                                                 v_now, p_batch);
+    v_purged := v_purged + queue._history_delete('failure_log', p_queue, v_keep_outcomes,
+                                                 v_now, p_batch);
 
     -- dedup keys of completed items, past the dedup window (all of them
     -- when the queue has none):
@@ -393,10 +368,12 @@ BEGIN
         RETURN QUERY SELECT * FROM queue._sweep_guarded(v_name);
     END LOOP;
     PERFORM queue.sweep_dropped();
+    -- last: a partition's DROP locks the table until this transaction ends
+    PERFORM queue.maintain_history();
 END
 $$;
 COMMENT ON FUNCTION queue.sweep()
-    IS 'Maintenance of every queue in one transaction: offline recovery, spent leases, expiry, aging, retention, breaker and alerts; one row per queue';
+    IS 'Maintenance of every queue in one transaction: offline recovery, spent leases, expiry, aging, retention, breaker and alerts, then the history''s partitions; one row per queue';
 
 CREATE OR REPLACE FUNCTION queue.sweep(queue_name text)
 RETURNS SETOF queue.queue_sweep
@@ -432,6 +409,9 @@ BEGIN
         END;
         COMMIT;
     END LOOP;
+    -- the partitions of the history: created ahead, dropped past retention
+    PERFORM queue.maintain_history();
+    COMMIT;
     -- then retention until nothing is due, a batch per transaction, so
     -- that it keeps up with any rate the queues complete at
     FOR v_name IN SELECT q.queue_name FROM queue.queues q ORDER BY q.queue_name

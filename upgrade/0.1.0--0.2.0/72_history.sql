@@ -1,0 +1,1 @@
+../../schema/72_history.sql
