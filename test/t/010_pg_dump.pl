@@ -37,6 +37,20 @@ $node->safe_psql('src', q{
 	SELECT queue.create_queue('plain');
 });
 
+# The history, events and failure log partitioned as the sweep leaves them:
+# partitions made at run time (not members of the extension) hold the rows
+# from here on, the DEFAULT partitions what came before or lies outside.
+$node->safe_psql('src', q{
+	SELECT queue.enqueue('plain', '{"s": "before partitions"}');
+	SELECT queue.complete('plain', item_id, lease_token) FROM queue.dequeue('plain', 'bot-0');
+	INSERT INTO queue.events (queue_name, kind, at) VALUES ('plain', 'note', now() - interval '30 days');
+	SELECT queue.maintain_history();
+});
+is($node->safe_psql('src', q{
+	SELECT string_agg(t.table_name || '=' || (SELECT count(*) FROM queue._history_partitions(t.table_name)), ',')
+	  FROM queue._history_tables() t}),
+	'item_done=3,events=3,failure_log=3', 'the history tables have their partitions');
+
 # Items in every state.
 my $ids = $node->safe_psql('src', q{
 	SELECT queue.enqueue('dumped', '{"s": "processed"}', priority => 0, dedup_key => 'k-done');
@@ -115,6 +129,15 @@ sub query_db
 
 foreach my $db ('dst_custom', 'dst_plain')
 {
+	is(query_db($db, q{
+		SELECT string_agg(t.table_name || '=' || (SELECT count(*) FROM queue._history_partitions(t.table_name)), ',')
+		  FROM queue._history_tables() t}),
+		'item_done=3,events=3,failure_log=3', "$db: the partitions of the history came back");
+	is(query_db($db, q{SELECT count(*) FROM queue.events_default WHERE kind = 'note'}),
+		'1', "$db: and the rows of the DEFAULT partitions");
+	is(query_db($db, q{SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+		WHERE c.relname ~ '^(item_done|events|failure_log)_p'}),
+		'27', "$db: each partition with its own key and three indexes, once");
 	is(query_db($db, $snapshot_sql), $before,
 		"$db: queues, items, states, history, dead letters and events intact");
 
