@@ -9,16 +9,20 @@
 -- item_done, events and failure_log are range partitioned by their time
 -- (10_tables.sql).  maintain_history() keeps, for each of them:
 --
---  * partitions ahead: the slot of queue.history_partition_width that
---    holds now() and the next two, slots aligned to that width (whole
---    days in UTC by default), so that an insert finds its partition
---    whatever the sweep's schedule.  A row no partition covers (the sweep
---    has not run since the install, or not for longer than the partitions
---    ahead last) lands in the DEFAULT partition; creating the partition
---    that covers it moves it there first.  Partitions start where the
---    newest one ends, never before the current slot: rows of a longer
---    gap stay in the DEFAULT partition, where the per-queue retention
---    deletes them.
+--  * partitions ahead: up to the end of the second slot of
+--    queue.history_partition_width after the one that holds now(), slots
+--    aligned to that width (whole days in UTC by default), so that an
+--    insert finds its partition whatever the sweep's schedule.  A row no
+--    partition covers (the sweep has not run since the install, or not for
+--    longer than the partitions ahead last, or a row stamped in the
+--    future) lands in the DEFAULT partition; creating the partition that
+--    covers it moves it there first.  Partitions start where the newest one
+--    ends, and never cover the present moment: once that end has passed,
+--    the next one starts with the next slot, and the rows of the gap stay
+--    in the DEFAULT partition, where the per-queue retention deletes them.
+--    (A row that an insert routed to the DEFAULT partition just before a
+--    partition for its time was attached would fail the DEFAULT
+--    partition's new constraint.)
 --  * retention by partition: a partition goes as a whole (DROP TABLE,
 --    nothing left for vacuum) once its newest possible row is past the
 --    longest keep window of every queue (queue._history_keep).  Rows in
@@ -91,8 +95,8 @@ $$;
 COMMENT ON FUNCTION queue._history_keep(text) IS 'The longest time any queue keeps the rows of a history table';
 
 -- Creates the partitions of one table from its newest partition's end (or
--- the current slot) up to the end of the second slot after the current
--- one; returns how many.
+-- the next slot, when that end has passed) up to the end of the second slot
+-- after the current one; returns how many.
 CREATE OR REPLACE FUNCTION queue._history_extend(p_table text, p_column text, p_now timestamptz)
 RETURNS int LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
@@ -108,7 +112,12 @@ DECLARE
     v_n int := 0;
 BEGIN
     SELECT max(p.hi) INTO v_lo FROM queue._history_partitions(p_table) p;
-    v_lo := greatest(v_lo, v_slot);
+    IF v_lo IS NULL OR v_lo <= p_now THEN
+        -- NB: never a partition that covers the present: an insert that
+        -- routed its row to the DEFAULT partition meanwhile would fail on
+        -- that partition's narrowed constraint once it gets its lock
+        v_lo := v_slot + v_width;
+    END IF;
     WHILE v_lo < v_until LOOP
         v_hi := date_bin(v_width, v_lo, v_origin) + v_width;
         v_name := p_table || '_p' || to_char(v_lo AT TIME ZONE 'UTC', 'YYYYMMDD')
