@@ -188,7 +188,7 @@ BEGIN
         SELECT c.oid::regclass AS rel, c.relname
           FROM pg_catalog.pg_class c
          WHERE c.relnamespace OPERATOR(pg_catalog.=) 'queue'::regnamespace
-           AND c.relkind OPERATOR(pg_catalog.=) 'r'
+           AND c.relkind OPERATOR(pg_catalog.=) 'r' AND NOT c.relispartition
            AND (c.relname OPERATOR(pg_catalog.=) ANY (v_reference)
                 OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
                                 WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid
@@ -211,7 +211,9 @@ BEGIN
         SELECT c.oid::regclass AS rel
           FROM pg_catalog.pg_class c
          WHERE c.relnamespace OPERATOR(pg_catalog.=) 'queue'::regnamespace
-           AND c.relkind OPERATOR(pg_catalog.=) 'r'
+           -- a partitioned table (the history, events, failure log) with
+           -- its partitions, and those attached later when they are attached
+           AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p}'::"char"[]) AND NOT c.relispartition
            AND NOT (c.relname OPERATOR(pg_catalog.=) ANY (v_reference))
            AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
                         WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid
