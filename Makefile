@@ -24,6 +24,7 @@ OBJS = \
 	src/access.o \
 	src/enqueue.o \
 	src/dequeue.o \
+	src/item_lookup.o \
 	src/ack.o \
 	src/breaker.o \
 	src/worker.o \

@@ -49,6 +49,7 @@
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "queue.h"
@@ -60,8 +61,20 @@ PG_FUNCTION_INFO_V1(queue_release);
 PG_FUNCTION_INFO_V1(queue_extend_lease);
 PG_FUNCTION_INFO_V1(queue_checkpoint);
 
+/*
+ * Lookups repeated when the version an item lookup found was changed
+ * before the statement got to it (item_lookup.c); each repeat follows a
+ * change that committed meanwhile, so one suffices unless the item is
+ * changed again and again.
+ */
+#define LOOKUP_MAX_RETRIES 3
+
+static int	int64_cmp(const void *a, const void *b);
+
 static SPIPlanPtr complete_plan = NULL;
 static SPIPlanPtr complete_batch_plan = NULL;
+static SPIPlanPtr complete_tid_plan = NULL;
+static SPIPlanPtr complete_batch_tid_plan = NULL;
 static SPIPlanPtr dedup_done_plan = NULL;
 static SPIPlanPtr dedup_done_batch_plan = NULL;
 static SPIPlanPtr completed_events_plan = NULL;
@@ -81,16 +94,40 @@ static SPIPlanPtr checkpoint_plan = NULL;
 static SPIPlanPtr cancelled_plan = NULL;
 static SPIPlanPtr cancel_end_plan = NULL;
 
-#define COMPLETE_SQL \
-	"WITH d AS (DELETE FROM queue.item_live " \
-	"            WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
-	"              AND pg_catalog.abs(lease_token)" OP("=") "$3 " \
-	"           RETURNING *), " \
+/* What a completion writes: the history row; the rows completed come back. */
+#define COMPLETE_HISTORY \
 	"h AS (INSERT INTO queue.item_done (queue_name, item_id, payload, result, attempts, worker, " \
 	"       enqueued_at, claimed_at, completed_at, dedup_key, correlation_id, progress) " \
 	"SELECT queue_name, item_id, payload, $4, attempt, worker, enqueued_at, claimed_at, " \
 	"       pg_catalog.now(), dedup_key, correlation_id, progress FROM d) " \
 	"SELECT item_id, dedup_key, attempt, worker, lease_token" OP("<") "0 AS cancel_requested FROM d"
+
+#define COMPLETE_SQL \
+	"WITH d AS (DELETE FROM queue.item_live " \
+	"            WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
+	"              AND pg_catalog.abs(lease_token)" OP("=") "$3 " \
+	"           RETURNING *), " \
+	COMPLETE_HISTORY
+
+/*
+ * The same two, on a plain server, with the items found by TID
+ * (item_lookup.c): $5 is the TID of complete's item, or of each of
+ * complete_batch's items whose token matched.
+ */
+#define COMPLETE_TID_SQL \
+	"WITH d AS (DELETE FROM queue.item_live " \
+	"            WHERE ctid" OP("=") "$5 AND queue_name" OP("=") OUTER_QUEUE_FILTER \
+	"              AND item_id" OP("=") "$2 AND pg_catalog.abs(lease_token)" OP("=") "$3 " \
+	"           RETURNING *), " \
+	COMPLETE_HISTORY
+
+#define COMPLETE_BATCH_TID_SQL \
+	"WITH d AS (DELETE FROM queue.item_live i " \
+	"            WHERE i.ctid" OP("=") "ANY ($5) " \
+	"              AND i.queue_name" OP("=") OUTER_QUEUE_FILTER " " \
+	"              AND pg_catalog.abs(i.lease_token)" OP("=") "ANY ($3) " \
+	"           RETURNING i.*), " \
+	COMPLETE_HISTORY
 
 #define COMPLETE_BATCH_SQL \
 	"WITH d AS (DELETE FROM queue.item_live i " \
@@ -103,11 +140,7 @@ static SPIPlanPtr cancel_end_plan = NULL;
 	"              AND i.queue_name" OP("=") OUTER_QUEUE_FILTER " " \
 	"              AND pg_catalog.abs(i.lease_token)" OP("=") "ANY ($3) " \
 	"           RETURNING i.*), " \
-	"h AS (INSERT INTO queue.item_done (queue_name, item_id, payload, result, attempts, worker, " \
-	"       enqueued_at, claimed_at, completed_at, dedup_key, correlation_id, progress) " \
-	"SELECT queue_name, item_id, payload, $4, attempt, worker, enqueued_at, claimed_at, " \
-	"       pg_catalog.now(), dedup_key, correlation_id, progress FROM d) " \
-	"SELECT item_id, dedup_key, attempt, worker, lease_token" OP("<") "0 AS cancel_requested FROM d"
+	COMPLETE_HISTORY
 
 #define DEDUP_DONE_SQL \
 	"INSERT INTO queue.dedup_done (queue_name, dedup_key, item_id, completed_at) " \
@@ -308,8 +341,8 @@ queue_complete(PG_FUNCTION_ARGS)
 	QueueConfig cfg;
 	char	   *queue_name = begin_lease_call(fcinfo, &cfg);
 	Oid			argtypes[4] = {TEXTOID, INT8OID, INT8OID, JSONBOID};
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	bool		done;
 
 	if (!PG_ARGISNULL(3))
@@ -320,8 +353,31 @@ queue_complete(PG_FUNCTION_ARGS)
 	values[3] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
 	if (PG_ARGISNULL(3))
 		nulls[3] = 'n';
-	queue_spi_exec(queue_prepare_cached(&complete_plan, COMPLETE_SQL, 4, argtypes),
-				   values, nulls, false, 0, SPI_OK_SELECT, "completing item");
+	if (queue_citus_loaded())
+		queue_spi_exec(queue_prepare_cached(&complete_plan, COMPLETE_SQL, 4, argtypes),
+					   values, nulls, false, 0, SPI_OK_SELECT, "completing item");
+	else
+	{
+		Oid			tidtypes[5] = {TEXTOID, INT8OID, INT8OID, JSONBOID, TIDOID};
+		ItemPointerData tid;
+
+		for (int tries = 0;; tries++)
+		{
+			Snapshot	snapshot = queue_lookup_snapshot();
+			bool		found = queue_item_tid(snapshot, values[0], DatumGetInt64(values[1]),
+											   0, &tid);
+
+			values[4] = PointerGetDatum(&tid);
+			nulls[4] = found ? ' ' : 'n';
+			queue_spi_exec_fixed(queue_prepare_cached(&complete_tid_plan, COMPLETE_TID_SQL,
+													  5, tidtypes),
+								 values, nulls, snapshot, SPI_OK_SELECT, "completing item");
+			UnregisterSnapshot(snapshot);
+			/* the version found was changed meanwhile: find the new one */
+			if (SPI_processed == 1 || !found || tries >= LOOKUP_MAX_RETRIES)
+				break;
+		}
+	}
 	done = (SPI_processed == 1);
 	if (done)
 	{
@@ -356,6 +412,114 @@ queue_complete(PG_FUNCTION_ARGS)
 }
 
 /*
+ * complete_batch_by_tid
+ *		complete_batch on a plain server: the items of (ids, toks) pairs
+ *		whose token is the item's current lease are found through the
+ *		primary key (item_lookup.c) and deleted by TID.  A pair whose
+ *		version was changed after the lookup's snapshot (a heartbeat, a
+ *		cancel request) is looked up again, up to LOOKUP_MAX_RETRIES
+ *		times.  Returns the rows completed.
+ */
+static void
+complete_batch_by_tid(Datum *values, char *nulls, ArrayType *ids, ArrayType *toks,
+					  HeapTuple **rows_out, TupleDesc *desc_out, int *nrows_out)
+{
+	Oid			tidtypes[5] = {TEXTOID, INT8ARRAYOID, INT8ARRAYOID, JSONBOID, TIDARRAYOID};
+	Datum	   *id_elems;
+	Datum	   *tok_elems;
+	bool	   *id_nulls;
+	bool	   *tok_nulls;
+	int			nids;
+	int			ntoks;
+	int		   *pending;
+	int			npending = 0;
+	HeapTuple  *rows;
+	int			nrows = 0;
+	TupleDesc	desc = NULL;
+
+	deconstruct_array(ids, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+					  &id_elems, &id_nulls, &nids);
+	deconstruct_array(toks, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+					  &tok_elems, &tok_nulls, &ntoks);
+	pending = palloc(sizeof(int) * Max(nids, 1));
+	rows = palloc(sizeof(HeapTuple) * Max(nids, 1));
+	for (int i = 0; i < nids && i < ntoks; i++)
+		if (!id_nulls[i] && !tok_nulls[i] && DatumGetInt64(tok_elems[i]) > 0)
+			pending[npending++] = i;
+
+	for (int tries = 0; npending > 0; tries++)
+	{
+		Snapshot	snapshot = queue_lookup_snapshot();
+		ItemPointerData *tids = palloc(sizeof(ItemPointerData) * npending);
+		Datum	   *tid_elems = palloc(sizeof(Datum) * npending);
+		int			ntids = 0;
+		int			nfound = 0;
+		int64	   *done_ids;
+		int			ndone_now;
+
+		for (int p = 0; p < npending; p++)
+		{
+			int			i = pending[p];
+
+			CHECK_FOR_INTERRUPTS();
+			if (queue_item_tid(snapshot, values[0], DatumGetInt64(id_elems[i]),
+							   DatumGetInt64(tok_elems[i]), &tids[ntids]))
+			{
+				tid_elems[ntids] = PointerGetDatum(&tids[ntids]);
+				ntids++;
+				pending[nfound++] = i;
+			}
+		}
+		npending = nfound;
+		values[4] = PointerGetDatum(construct_array(tid_elems, ntids, TIDOID,
+													sizeof(ItemPointerData), false,
+													TYPALIGN_SHORT));
+		nulls[4] = ' ';
+		queue_spi_exec_fixed(queue_prepare_cached(&complete_batch_tid_plan, COMPLETE_BATCH_TID_SQL,
+												  5, tidtypes),
+							 values, nulls, snapshot, SPI_OK_SELECT, "completing items");
+		UnregisterSnapshot(snapshot);
+
+		ndone_now = (int) SPI_processed;
+		desc = SPI_tuptable->tupdesc;
+		done_ids = palloc(sizeof(int64) * Max(ndone_now, 1));
+		for (int r = 0; r < ndone_now; r++)
+		{
+			bool		isnull;
+
+			rows[nrows++] = SPI_tuptable->vals[r];
+			done_ids[r] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], desc, 1, &isnull));
+		}
+		if (ndone_now >= npending || tries >= LOOKUP_MAX_RETRIES)
+			break;
+
+		/* what was found but not completed was changed meanwhile: again */
+		qsort(done_ids, ndone_now, sizeof(int64), int64_cmp);
+		nfound = 0;
+		for (int p = 0; p < npending; p++)
+		{
+			int64		id = DatumGetInt64(id_elems[pending[p]]);
+
+			if (bsearch(&id, done_ids, ndone_now, sizeof(int64), int64_cmp) == NULL)
+				pending[nfound++] = pending[p];
+		}
+		npending = nfound;
+	}
+	*rows_out = rows;
+	*desc_out = desc;
+	*nrows_out = nrows;
+}
+
+static int
+int64_cmp(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return (x > y) - (x < y);
+}
+
+/*
  * queue.complete_batch(queue_name text, item_ids bigint[],
  *						lease_tokens bigint[], result jsonb = NULL)
  *	returns int
@@ -369,14 +533,15 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 	char	   *queue_name = queue_check_name(PG_GETARG_DATUM(0), PG_ARGISNULL(0));
 	QueueConfig cfg;
 	Oid			argtypes[4] = {TEXTOID, INT8ARRAYOID, INT8ARRAYOID, JSONBOID};
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	ArrayType  *ids;
 	ArrayType  *toks;
 	int			ndone;
 	char	  **alive;
 	int			nalive = 0;
-	SPITupleTable *done_rows;
+	HeapTuple  *done_rows;
+	TupleDesc	done_desc;
 
 	queue_check_not_null(PG_ARGISNULL(1), "item_ids");
 	queue_check_not_null(PG_ARGISNULL(2), "lease_tokens");
@@ -404,16 +569,22 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 	values[3] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
 	if (PG_ARGISNULL(3))
 		nulls[3] = 'n';
-	queue_spi_exec(queue_prepare_cached(&complete_batch_plan, COMPLETE_BATCH_SQL, 4, argtypes),
-				   values, nulls, false, 0, SPI_OK_SELECT, "completing items");
-	ndone = (int) SPI_processed;
-	done_rows = SPI_tuptable;
+	if (queue_citus_loaded())
+	{
+		queue_spi_exec(queue_prepare_cached(&complete_batch_plan, COMPLETE_BATCH_SQL, 4, argtypes),
+					   values, nulls, false, 0, SPI_OK_SELECT, "completing items");
+		ndone = (int) SPI_processed;
+		done_rows = SPI_tuptable->vals;
+		done_desc = SPI_tuptable->tupdesc;
+	}
+	else
+		complete_batch_by_tid(values, nulls, ids, toks, &done_rows, &done_desc, &ndone);
 
 	/* completions that overtook a cancel request ('all' records every one below) */
 	for (int r = 0; r < ndone && cfg.audit == 'f'; r++)
 	{
-		HeapTuple	tup = done_rows->vals[r];
-		TupleDesc	desc = done_rows->tupdesc;
+		HeapTuple	tup = done_rows[r];
+		TupleDesc	desc = done_desc;
 		bool		isnull;
 
 		CHECK_FOR_INTERRUPTS();
@@ -432,7 +603,7 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 	alive = palloc(sizeof(char *) * Max(ndone, 1));
 	for (int r = 0; r < ndone; r++)
 	{
-		char	   *w = SPI_getvalue(done_rows->vals[r], done_rows->tupdesc, 4);
+		char	   *w = SPI_getvalue(done_rows[r], done_desc, 4);
 
 		CHECK_FOR_INTERRUPTS();
 		if (w != NULL)
@@ -442,8 +613,7 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 
 	if (ndone > 0 && (cfg.has_dedup_window || cfg.audit == 'a' || cfg.breaker_state == 'p'))
 	{
-		SPITupleTable *tt = done_rows;
-		Datum	   *done_ids = palloc(sizeof(Datum) * ndone);
+				Datum	   *done_ids = palloc(sizeof(Datum) * ndone);
 		Datum	   *keys = palloc(sizeof(Datum) * ndone);
 		bool	   *key_nulls = palloc(sizeof(bool) * ndone);
 		Datum	   *workers = palloc(sizeof(Datum) * ndone);
@@ -457,10 +627,10 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 		for (int r = 0; r < ndone; r++)
 		{
 			CHECK_FOR_INTERRUPTS();
-			done_ids[r] = SPI_getbinval(tt->vals[r], tt->tupdesc, 1, &isnull);
-			keys[r] = SPI_getbinval(tt->vals[r], tt->tupdesc, 2, &key_nulls[r]);
-			attempts[r] = SPI_getbinval(tt->vals[r], tt->tupdesc, 3, &attempt_nulls[r]);
-			workers[r] = SPI_getbinval(tt->vals[r], tt->tupdesc, 4, &worker_nulls[r]);
+			done_ids[r] = SPI_getbinval(done_rows[r], done_desc, 1, &isnull);
+			keys[r] = SPI_getbinval(done_rows[r], done_desc, 2, &key_nulls[r]);
+			attempts[r] = SPI_getbinval(done_rows[r], done_desc, 3, &attempt_nulls[r]);
+			workers[r] = SPI_getbinval(done_rows[r], done_desc, 4, &worker_nulls[r]);
 		}
 		if (cfg.has_dedup_window)
 		{

@@ -442,33 +442,6 @@ typedef struct ClaimContext
 	int			nids;
 } ClaimContext;
 
-/*
- * claim_planner_settings
- *		Planner settings for the claim statement, until AtEOXact_GUC() with
- *		the level returned.  A table without statistics (never analyzed:
- *		a fresh install, a restore) looks a few rows long, and for a large
- *		batch the planner then prefers a bitmap scan of the whole queue and
- *		a sort to the ordered walk of the claim index; without bitmap scans
- *		and sorts the walk is the only plan without a penalty, whatever
- *		the statistics say (statistics taken while the queue was nearly
- *		empty otherwise make a fetch of the whole queue by primary key and
- *		a sort look cheapest; the result's own ORDER BY has no alternative
- *		to a sort, so the penalty does not change its plan).  The
- *		settings hold while the statement is planned (custom, generic or
- *		re-planned after an invalidation) and run.
- */
-static int
-claim_planner_settings(void)
-{
-	int			level = NewGUCNestLevel();
-
-	(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	(void) set_config_option("enable_sort", "off", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	return level;
-}
-
 /* A leased row of the claim's result, found again by item id. */
 typedef struct LeasedRow
 {
@@ -567,7 +540,7 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 		values[4] = Int16GetDatum((int16) Max(stripe, 0));
 		if (stripe < 0)
 			nulls[4] = 'n';
-		guc_level = claim_planner_settings();
+		guc_level = queue_fixed_plans();	/* item_lookup.c */
 		if (lane)
 		{
 			Oid			lt[6] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, INT2OID, TEXTOID};

@@ -25,6 +25,8 @@
 #include "postgres.h"
 
 #include "executor/spi.h"
+#include "storage/itemptr.h"
+#include "utils/snapshot.h"
 #include "utils/timestamp.h"
 
 /* A built-in operator, immune to the caller's search_path. */
@@ -161,6 +163,14 @@ extern void queue_spi_exec_one(SPIPlanPtr plan, Datum *values, const char *nulls
 							   const char *what);
 extern void queue_spi_connect(void);
 extern void queue_spi_finish(void);
+
+/* item_lookup.c */
+extern Snapshot queue_lookup_snapshot(void);
+extern bool queue_item_tid(Snapshot snapshot, Datum qname, int64 item_id,
+						   int64 lease_token, ItemPointer tid);
+extern int	queue_fixed_plans(void);
+extern void queue_spi_exec_fixed(SPIPlanPtr plan, Datum *values, const char *nulls,
+								 Snapshot snapshot, int expected, const char *what);
 
 /* distributed.c */
 extern bool queue_citus_loaded(void);
