@@ -450,6 +450,7 @@ complete_batch_by_tid(Datum *values, char *nulls, ArrayType *ids, ArrayType *tok
 	for (int tries = 0; npending > 0; tries++)
 	{
 		Snapshot	snapshot = queue_lookup_snapshot();
+		QueueItemLookup *lookup = queue_item_lookup_begin(snapshot);
 		ItemPointerData *tids = palloc(sizeof(ItemPointerData) * npending);
 		Datum	   *tid_elems = palloc(sizeof(Datum) * npending);
 		int			ntids = 0;
@@ -462,14 +463,15 @@ complete_batch_by_tid(Datum *values, char *nulls, ArrayType *ids, ArrayType *tok
 			int			i = pending[p];
 
 			CHECK_FOR_INTERRUPTS();
-			if (queue_item_tid(snapshot, values[0], DatumGetInt64(id_elems[i]),
-							   DatumGetInt64(tok_elems[i]), &tids[ntids]))
+			if (queue_item_lookup(lookup, values[0], DatumGetInt64(id_elems[i]),
+								  DatumGetInt64(tok_elems[i]), &tids[ntids]))
 			{
 				tid_elems[ntids] = PointerGetDatum(&tids[ntids]);
 				ntids++;
 				pending[nfound++] = i;
 			}
 		}
+		queue_item_lookup_end(lookup);
 		npending = nfound;
 		values[4] = PointerGetDatum(construct_array(tid_elems, ntids, TIDOID,
 													sizeof(ItemPointerData), false,

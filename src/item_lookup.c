@@ -63,59 +63,96 @@ queue_lookup_snapshot(void)
 	return snapshot;
 }
 
-/*
- * queue_item_tid
- *		The TID of the version of item (qname, item_id) that snapshot
- *		sees, through item_live's primary key; false when there is none.
- *		With lease_token > 0, only an item holding that lease (as
- *		abs(lease_token), like the statements' own check) is found.
- */
-bool
-queue_item_tid(Snapshot snapshot, Datum qname, int64 item_id, int64 lease_token,
-			   ItemPointer tid)
+/* An open lookup: item_live, its primary key and a scan of it. */
+struct QueueItemLookup
 {
-	Oid			relid = get_relname_relid("item_live", get_namespace_oid("queue", false));
 	Relation	heap;
 	Relation	index;
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
-	ScanKeyData keys[2];
-	AttrNumber	token_attnum = InvalidAttrNumber;
-	bool		found = false;
+	AttrNumber	token_attnum;
+};
+
+/*
+ * queue_item_lookup_begin
+ *		Open item_live and its primary key for lookups on snapshot; NULL
+ *		when the table is missing.  End with queue_item_lookup_end.
+ */
+QueueItemLookup *
+queue_item_lookup_begin(Snapshot snapshot)
+{
+	Oid			relid = get_relname_relid("item_live", get_namespace_oid("queue", false));
+	QueueItemLookup *l;
 
 	if (!OidIsValid(relid))
+		return NULL;
+	l = palloc(sizeof(QueueItemLookup));
+	l->heap = table_open(relid, RowExclusiveLock);
+	l->index = index_open(RelationGetPrimaryKeyIndex(l->heap), RowExclusiveLock);
+	l->token_attnum = attnameAttNum(l->heap, "lease_token", false);
+	l->slot = table_slot_create(l->heap, NULL);
+	l->scan = index_beginscan(l->heap, l->index, snapshot, 2, 0);
+	return l;
+}
+
+/*
+ * queue_item_lookup
+ *		The TID of the version of item (qname, item_id) that the lookup's
+ *		snapshot sees; false when there is none.  With lease_token > 0,
+ *		only an item holding that lease (as abs(lease_token), like the
+ *		statements' own check) is found.
+ */
+bool
+queue_item_lookup(QueueItemLookup *l, Datum qname, int64 item_id, int64 lease_token,
+				  ItemPointer tid)
+{
+	ScanKeyData keys[2];
+
+	if (l == NULL)
 		return false;
-	heap = table_open(relid, RowExclusiveLock);
-	if (lease_token > 0)
-		token_attnum = attnameAttNum(heap, "lease_token", false);
-	index = index_open(RelationGetPrimaryKeyIndex(heap), RowExclusiveLock);
-
 	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   index->rd_indcollation[0], F_TEXTEQ, qname);
+						   l->index->rd_indcollation[0], F_TEXTEQ, qname);
 	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-						   index->rd_indcollation[1], F_INT8EQ, Int64GetDatum(item_id));
-
-	slot = table_slot_create(heap, NULL);
-	scan = index_beginscan(heap, index, snapshot, 2, 0);
-	index_rescan(scan, keys, 2, NULL, 0);
-	while (!found && index_getnext_slot(scan, ForwardScanDirection, slot))
+						   l->index->rd_indcollation[1], F_INT8EQ, Int64GetDatum(item_id));
+	index_rescan(l->scan, keys, 2, NULL, 0);
+	while (index_getnext_slot(l->scan, ForwardScanDirection, l->slot))
 	{
 		if (lease_token > 0)
 		{
 			bool		isnull;
-			Datum		tok = slot_getattr(slot, token_attnum, &isnull);
+			Datum		tok = slot_getattr(l->slot, l->token_attnum, &isnull);
 
 			if (isnull || (DatumGetInt64(tok) != lease_token &&
 						   DatumGetInt64(tok) != -lease_token))
 				continue;
 		}
-		*tid = slot->tts_tid;
-		found = true;
+		*tid = l->slot->tts_tid;
+		return true;
 	}
-	index_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
-	index_close(index, NoLock);
-	table_close(heap, NoLock);
+	return false;
+}
+
+void
+queue_item_lookup_end(QueueItemLookup *l)
+{
+	if (l == NULL)
+		return;
+	index_endscan(l->scan);
+	ExecDropSingleTupleTableSlot(l->slot);
+	index_close(l->index, NoLock);
+	table_close(l->heap, NoLock);
+	pfree(l);
+}
+
+/* One lookup (see queue_item_lookup). */
+bool
+queue_item_tid(Snapshot snapshot, Datum qname, int64 item_id, int64 lease_token,
+			   ItemPointer tid)
+{
+	QueueItemLookup *l = queue_item_lookup_begin(snapshot);
+	bool		found = queue_item_lookup(l, qname, item_id, lease_token, tid);
+
+	queue_item_lookup_end(l);
 	return found;
 }
 

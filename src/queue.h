@@ -166,6 +166,11 @@ extern void queue_spi_finish(void);
 
 /* item_lookup.c */
 extern Snapshot queue_lookup_snapshot(void);
+typedef struct QueueItemLookup QueueItemLookup;
+extern QueueItemLookup *queue_item_lookup_begin(Snapshot snapshot);
+extern bool queue_item_lookup(QueueItemLookup *l, Datum qname, int64 item_id,
+							  int64 lease_token, ItemPointer tid);
+extern void queue_item_lookup_end(QueueItemLookup *l);
 extern bool queue_item_tid(Snapshot snapshot, Datum qname, int64 item_id,
 						   int64 lease_token, ItemPointer tid);
 extern int	queue_fixed_plans(void);
