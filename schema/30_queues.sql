@@ -281,7 +281,10 @@ BEGIN
          a AS (DELETE FROM queue.alerts a WHERE a.queue_name = p_queue RETURNING 1),
          m AS (DELETE FROM queue.metrics_history m WHERE m.queue_name = p_queue RETURNING 1),
          t AS (DELETE FROM queue.metrics_totals t WHERE t.queue_name = p_queue RETURNING 1),
-         g AS (DELETE FROM queue.queue_grant g WHERE g.queue_name = p_queue RETURNING 1)
+         g AS (DELETE FROM queue.queue_grant g WHERE g.queue_name = p_queue RETURNING 1),
+         fg AS (DELETE FROM queue.flow_group f WHERE f.queue_name = p_queue RETURNING 1),
+         fl AS (DELETE FROM queue.flow_limit f WHERE f.queue_name = p_queue RETURNING 1),
+         fc AS (DELETE FROM queue.flow_claim f WHERE f.queue_name = p_queue RETURNING 1)
     SELECT jsonb_build_object('item_live', (SELECT count(*) FROM l),
                               'item_done', (SELECT count(*) FROM h),
                               'dead_letters', (SELECT count(*) FROM x),
@@ -291,7 +294,10 @@ BEGIN
                               'alerts', (SELECT count(*) FROM a),
                               'metrics_history', (SELECT count(*) FROM m),
                               'metrics_totals', (SELECT count(*) FROM t),
-                              'queue_grant', (SELECT count(*) FROM g))
+                              'queue_grant', (SELECT count(*) FROM g),
+                              'flow_group', (SELECT count(*) FROM fg),
+                              'flow_limit', (SELECT count(*) FROM fl),
+                              'flow_claim', (SELECT count(*) FROM fc))
       INTO v_counts;
     RETURN v_counts;
 END
@@ -373,6 +379,7 @@ SELECT c.queue_name, c.lease_timeout, c.max_attempts, c.backoff_base, c.backoff_
        c.created_at,
        p.paused_by, c.breaker_reason, c.breaker_opened_at, c.group_on_dead
   FROM queue.queue_config c
- CROSS JOIN LATERAL queue._pause_state(c) p
+ CROSS JOIN LATERAL queue._pause_state(c.paused, c.pause_reason, c.paused_at, c.breaker_state,
+                               c.breaker_reason, c.breaker_opened_at) p
  WHERE queue._can_read(c.queue_name);
 COMMENT ON VIEW queue.queues IS 'Every queue the caller may read, with its settings, pause (operator first, else breaker) and breaker state';

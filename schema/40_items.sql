@@ -139,6 +139,7 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text := queue._check_name(unhold.queue_name);
+    v_now timestamptz := now();     -- a value: Citus refuses now() in a CASE of an UPDATE
 BEGIN
     IF unhold.item_id IS NULL THEN
         RAISE EXCEPTION 'item_id must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -147,8 +148,8 @@ BEGIN
     UPDATE queue.item_live i
        SET on_hold = false, hold_reason = NULL,
            visible_at = CASE WHEN i.group_wait THEN queue._flow_parked()   -- still behind its head
-                             ELSE greatest(i.run_at, now()) END,
-           run_at = greatest(i.run_at, now())
+                             ELSE greatest(i.run_at, v_now) END,
+           run_at = greatest(i.run_at, v_now)
      WHERE i.queue_name = v_name AND i.item_id = unhold.item_id AND i.on_hold;
     IF NOT FOUND THEN
         RETURN false;

@@ -489,20 +489,12 @@ CREATE CONSTRAINT TRIGGER dead_letters_flow_reviewed
     EXECUTE FUNCTION queue._flow_on_review();
 
 -- A dropped queue takes its groups, limits and rate records along.
-CREATE OR REPLACE FUNCTION queue._flow_forget() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET jit = off AS $$
-BEGIN
-    DELETE FROM queue.flow_group f WHERE f.queue_name = OLD.queue_name;
-    DELETE FROM queue.flow_limit f WHERE f.queue_name = OLD.queue_name;
-    DELETE FROM queue.flow_claim f WHERE f.queue_name = OLD.queue_name;
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION queue._flow_forget() IS 'Removes the flow-control state of a dropped queue';
-
-CREATE OR REPLACE TRIGGER queue_config_flow_forget
-    AFTER DELETE ON queue.queue_config FOR EACH ROW
-    EXECUTE FUNCTION queue._flow_forget();
+-- A dropped queue's flow-control state goes with its other per-queue rows
+-- (queue._forget_queue); this trigger on queue_config did it before, and
+-- under Citus a trigger on a reference table may not write the
+-- distributed tables.
+DROP TRIGGER IF EXISTS queue_config_flow_forget ON queue.queue_config;
+DROP FUNCTION IF EXISTS queue._flow_forget();
 
 -- Routing in health and alerts: items that need labels no active bot has
 -- (not draining, seen within queue.worker_offline_after), waiting past the

@@ -423,16 +423,24 @@ COMMENT ON FUNCTION queue._sweep_queue(text) IS 'The per-queue work of sweep(), 
 -- loose index scan); the rows of an unknown name are removed under its
 -- queue lock.  A dropped queue's queue_dropped event is kept for 7 days
 -- (the default retention).  Returns how many rows went.
-CREATE FUNCTION queue.sweep_dropped()
-RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+-- The queue names that have rows in the per-queue tables sweep_dropped()
+-- clears: on a plain server one index probe per name and table; under
+-- Citus, which refuses a recursive CTE over the distributed tables without
+-- a queue filter, a DISTINCT over each table on every node.
+CREATE FUNCTION queue._queues_with_rows() RETURNS SETOF text
+LANGUAGE plpgsql STABLE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
-#variable_conflict use_column
-DECLARE
-    v_name text;
-    v_counts jsonb;
-    v_n bigint := 0;
 BEGIN
-    FOR v_name IN
+    IF queue.distributed() THEN
+        RETURN QUERY
+        SELECT t.queue_name FROM queue.item_live t UNION SELECT t.queue_name FROM queue.item_done t
+        UNION SELECT t.queue_name FROM queue.dead_letters t UNION SELECT t.queue_name FROM queue.events t
+        UNION SELECT t.queue_name FROM queue.dedup_done t UNION SELECT t.queue_name FROM queue.failure_log t
+        UNION SELECT t.queue_name FROM queue.alerts t UNION SELECT t.queue_name FROM queue.metrics_history t
+        UNION SELECT t.queue_name FROM queue.queue_grant t;
+        RETURN;
+    END IF;
+    RETURN QUERY
         WITH RECURSIVE
         l(q) AS (SELECT min(t.queue_name) FROM queue.item_live t UNION ALL
                  SELECT (SELECT min(t.queue_name) FROM queue.item_live t WHERE t.queue_name > l.q)
@@ -465,8 +473,25 @@ BEGIN
           FROM (SELECT q FROM l UNION ALL SELECT q FROM h UNION ALL SELECT q FROM x
                 UNION ALL SELECT q FROM e UNION ALL SELECT q FROM k UNION ALL SELECT q FROM f
                 UNION ALL SELECT q FROM a UNION ALL SELECT q FROM m UNION ALL SELECT q FROM g) u
-         WHERE u.q IS NOT NULL
-           AND NOT EXISTS (SELECT 1 FROM queue.queue_config c WHERE c.queue_name = u.q)
+         WHERE u.q IS NOT NULL;
+END
+$$;
+COMMENT ON FUNCTION queue._queues_with_rows()
+    IS 'The queue names that have rows in the per-queue tables (sweep_dropped)';
+
+CREATE FUNCTION queue.sweep_dropped()
+RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text;
+    v_counts jsonb;
+    v_n bigint := 0;
+    v_busy text[];
+BEGIN
+    FOR v_name IN
+        SELECT n.q FROM queue._queues_with_rows() n(q)
+         WHERE NOT EXISTS (SELECT 1 FROM queue.queue_config c WHERE c.queue_name = n.q)
          ORDER BY 1
     LOOP
         CONTINUE WHEN v_name !~ '^[a-z][a-z0-9_]{0,46}$';   -- no queue can have it
@@ -483,6 +508,26 @@ BEGIN
     -- (at least a day), holding nothing and with no maintenance window
     -- ahead: random or one-off worker names never pile up, and the fleet
     -- checks never walk every worker ever seen.
+    IF queue.distributed() THEN
+        -- Citus refuses a write of a reference table (worker_registry)
+        -- that reads a distributed one: the workers holding items first
+        v_busy := ARRAY(SELECT DISTINCT i.worker FROM queue.item_live i
+                          JOIN queue.queue_config c ON c.queue_name = i.queue_name
+                         WHERE i.worker IS NOT NULL);
+        WITH gone AS (
+            DELETE FROM queue.worker_registry w
+             WHERE w.last_seen < now() - greatest(interval '1 day',
+                                                  (SELECT max(c.retention) FROM queue.queue_config c))
+               AND NOT EXISTS (SELECT 1 FROM queue.maintenance_window m
+                                WHERE m.worker = w.worker AND m.ends_at > now())
+               AND w.worker <> ALL (v_busy)
+            RETURNING w.worker),
+        windows AS (
+            DELETE FROM queue.maintenance_window m WHERE m.worker IN (SELECT g.worker FROM gone g)
+            RETURNING 1)
+        SELECT v_n + (SELECT count(*) FROM gone) + (SELECT count(*) FROM windows) INTO v_n;
+        RETURN v_n;
+    END IF;
     WITH gone AS (
         DELETE FROM queue.worker_registry w
          WHERE w.last_seen < now() - greatest(interval '1 day',
@@ -672,6 +717,7 @@ DECLARE
     v_failed bigint;
     v_rows int := 0;
     v_until timestamptz;
+    v_dead jsonb;
     s record;
 BEGIN
     -- Counted totals must equal the rows.  History and failure rows are
@@ -718,22 +764,24 @@ BEGIN
         v_rows := v_rows + 1;
 
         -- running totals: everything retained the first time, then what
-        -- was counted above
+        -- was counted above.  NB: counted before the write, as values:
+        -- under Citus a query in an INSERT or UPDATE of a distributed table
+        -- would run inside the shard's statement, where it may not.
         IF v_until IS NULL THEN
+            SELECT count(*) INTO v_processed FROM queue.item_done d
+             WHERE d.queue_name = v_name AND d.completed_at < v_bound;
+            SELECT count(*) INTO v_failed FROM queue.failure_log f
+             WHERE f.queue_name = v_name AND f.at < v_bound;
+            v_dead := queue._dead_by_reason(v_name, '-infinity', v_bound);
             INSERT INTO queue.metrics_totals AS t (queue_name, processed, failed, dead, counted_until)
-            SELECT v_name,
-                   (SELECT count(*) FROM queue.item_done d
-                     WHERE d.queue_name = v_name AND d.completed_at < v_bound),
-                   (SELECT count(*) FROM queue.failure_log f
-                     WHERE f.queue_name = v_name AND f.at < v_bound),
-                   queue._dead_by_reason(v_name, '-infinity', v_bound),
-                   v_bound
+            VALUES (v_name, v_processed, v_failed, v_dead, v_bound)
             ON CONFLICT ON CONSTRAINT metrics_totals_pkey DO NOTHING;
         ELSIF v_until < v_bound THEN
+            v_dead := queue._dead_by_reason(v_name, v_until, v_bound);
             UPDATE queue.metrics_totals t
                SET processed = t.processed + coalesce(v_processed, 0),
                    failed = t.failed + coalesce(v_failed, 0),
-                   dead = queue._add_counts(t.dead, queue._dead_by_reason(v_name, v_until, v_bound)),
+                   dead = queue._add_counts(t.dead, v_dead),
                    counted_until = v_bound
              WHERE t.queue_name = v_name;
         END IF;

@@ -68,7 +68,7 @@ SELECT max_attempts, backoff_factor, backoff_jitter, lease_timeout = '45 s' AS l
 
 -- case: a new queue's max_attempts and lease_timeout apply to its items
 SELECT queue.enqueue('q_custom', '{"n": 1}') AS id1 \gset
-SELECT item_id = :id1 AS same_item, max_attempts, lease_expires_at - now() BETWEEN '44 s' AND '45 s' AS lease_45s,
+SELECT item_id = :id1 AS same_item, max_attempts, lease_expires_at - now() BETWEEN '44 s' AND '46 s' AS lease_45s,
        lease_token AS tok1
   FROM queue.dequeue('q_custom', 'w1') \gset
 SELECT :'same_item' AS same_item, :max_attempts AS max_attempts, :'lease_45s' AS lease_45s;

@@ -71,8 +71,6 @@ PG_FUNCTION_INFO_V1(queue_checkpoint);
 
 static int	int64_cmp(const void *a, const void *b);
 
-static SPIPlanPtr complete_plan = NULL;
-static SPIPlanPtr complete_batch_plan = NULL;
 static SPIPlanPtr complete_tid_plan = NULL;
 static SPIPlanPtr complete_batch_tid_plan = NULL;
 static SPIPlanPtr dedup_done_plan = NULL;
@@ -102,15 +100,9 @@ static SPIPlanPtr cancel_end_plan = NULL;
 	"       pg_catalog.now(), dedup_key, correlation_id, progress FROM d) " \
 	"SELECT item_id, dedup_key, attempt, worker, lease_token" OP("<") "0 AS cancel_requested FROM d"
 
-#define COMPLETE_SQL \
-	"WITH d AS (DELETE FROM queue.item_live " \
-	"            WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
-	"              AND pg_catalog.abs(lease_token)" OP("=") "$3 " \
-	"           RETURNING *), " \
-	COMPLETE_HISTORY
-
 /*
- * The same two, on a plain server, with the items found by TID
+ * complete's and complete_batch's statements on a plain server (under Citus:
+ * queue_citus_complete), with the items found by TID
  * (item_lookup.c): $5 is the TID of complete's item, or of each of
  * complete_batch's items whose token matched.
  */
@@ -124,19 +116,6 @@ static SPIPlanPtr cancel_end_plan = NULL;
 #define COMPLETE_BATCH_TID_SQL \
 	"WITH d AS (DELETE FROM queue.item_live i " \
 	"            WHERE i.ctid" OP("=") "ANY ($5) " \
-	"              AND i.queue_name" OP("=") OUTER_QUEUE_FILTER " " \
-	"              AND pg_catalog.abs(i.lease_token)" OP("=") "ANY ($3) " \
-	"           RETURNING i.*), " \
-	COMPLETE_HISTORY
-
-#define COMPLETE_BATCH_SQL \
-	"WITH d AS (DELETE FROM queue.item_live i " \
-	"            WHERE i.ctid" OP("=") "ANY (ARRAY(" \
-	"                    SELECT (SELECT l.ctid FROM queue.item_live l " \
-	"                             WHERE l.queue_name" OP("=") "$1 AND l.item_id" OP("=") "u.id " \
-	"                               AND pg_catalog.abs(l.lease_token)" OP("=") "u.tok) " \
-	"                      FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.int8[]), " \
-	"                                      pg_catalog.unnest($3::pg_catalog.int8[])) AS u(id, tok))) " \
 	"              AND i.queue_name" OP("=") OUTER_QUEUE_FILTER " " \
 	"              AND pg_catalog.abs(i.lease_token)" OP("=") "ANY ($3) " \
 	"           RETURNING i.*), " \
@@ -340,7 +319,6 @@ queue_complete(PG_FUNCTION_ARGS)
 {
 	QueueConfig cfg;
 	char	   *queue_name = begin_lease_call(fcinfo, &cfg);
-	Oid			argtypes[4] = {TEXTOID, INT8OID, INT8OID, JSONBOID};
 	Datum		values[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	bool		done;
@@ -354,8 +332,7 @@ queue_complete(PG_FUNCTION_ARGS)
 	if (PG_ARGISNULL(3))
 		nulls[3] = 'n';
 	if (queue_citus_loaded())
-		queue_spi_exec(queue_prepare_cached(&complete_plan, COMPLETE_SQL, 4, argtypes),
-					   values, nulls, false, 0, SPI_OK_SELECT, "completing item");
+		queue_citus_complete(values, nulls, false);
 	else
 	{
 		Oid			tidtypes[5] = {TEXTOID, INT8OID, INT8OID, JSONBOID, TIDOID};
@@ -534,7 +511,6 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 {
 	char	   *queue_name = queue_check_name(PG_GETARG_DATUM(0), PG_ARGISNULL(0));
 	QueueConfig cfg;
-	Oid			argtypes[4] = {TEXTOID, INT8ARRAYOID, INT8ARRAYOID, JSONBOID};
 	Datum		values[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	ArrayType  *ids;
@@ -573,8 +549,7 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 		nulls[3] = 'n';
 	if (queue_citus_loaded())
 	{
-		queue_spi_exec(queue_prepare_cached(&complete_batch_plan, COMPLETE_BATCH_SQL, 4, argtypes),
-					   values, nulls, false, 0, SPI_OK_SELECT, "completing items");
+		queue_citus_complete(values, nulls, true);
 		ndone = (int) SPI_processed;
 		done_rows = SPI_tuptable->vals;
 		done_desc = SPI_tuptable->tupdesc;

@@ -137,10 +137,7 @@ static SPIPlanPtr lane_claim_plan = NULL;
  * them in SQL would be a join of two CTE scans the planner estimates at
  * one row each, a nested loop that grows with the square of the batch.
  */
-#define CLAIM_ROW_LEASED	"0"
-#define CLAIM_ROW_EXPIRED	"1"
-#define CLAIM_ROW_SPENT		"2"
-#define CLAIM_ROW_CANDIDATE "3"
+/* (the kinds, CLAIM_ROW_*, are in queue.h: the Citus form returns them too) */
 
 #define CLAIM_SQL_WITH(start, lost, extra_set) \
 	"WITH cand AS MATERIALIZED (" \
@@ -541,7 +538,11 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 		if (stripe < 0)
 			nulls[4] = 'n';
 		guc_level = queue_fixed_plans();	/* item_lookup.c */
-		if (lane)
+		if (queue_citus_loaded())
+			queue_citus_claim(values, nulls, lane != NULL, lane ? lane->key : (Datum) 0,
+							  hinted, hinted ? hint->priority : 0,
+							  hinted ? hint->visible_at : 0);
+		else if (lane)
 		{
 			Oid			lt[6] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, INT2OID, TEXTOID};
 

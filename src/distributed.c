@@ -20,6 +20,23 @@
  * from this node's sequence (each node draws from its own range, see
  * queue._prepare_node()).
  *
+ * The claim has a statement of its own under Citus (queue_citus_claim):
+ * Citus refuses, in a statement that updates a distributed table, a
+ * volatile function (the lease token's nextval, drawn here per statement
+ * instead: the items of one batch share it, tokens stay unique per lease
+ * of an item) and a stable function inside a CASE (the error entry of a
+ * lost lease, built in the candidate SELECT instead).  The claimed rows
+ * are found again by the primary key (queue_name, item_id), which a
+ * per-call plan finds with the queue name bound.  The plain server's
+ * claim (dequeue.c) is untouched.
+ *
+ * complete and complete_batch move rows to item_done in one statement on a
+ * plain server (a DELETE ... RETURNING feeding an INSERT in a CTE).  Citus
+ * plans an INSERT ... SELECT from a CTE through intermediate results that
+ * it sends to every node, so under Citus they are two statements, each
+ * routed to the queue's node: the DELETE, then the INSERT of the returned
+ * rows (queue_citus_complete).
+ *
  * And Citus 12.1 crashes the backend (a NULL pointer hashed) when it
  * delegates a call whose distribution argument is NULL, before the called
  * function can refuse it: SELECT queue.dequeue(NULL, 'w') took the whole
@@ -38,6 +55,7 @@
 #include "funcapi.h"
 #include "nodes/nodeFuncs.h"
 #include "optimizer/planner.h"
+#include "utils/array.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
@@ -45,6 +63,12 @@
 #include "queue.h"
 
 static SPIPlanPtr token_plan = NULL;
+static SPIPlanPtr citus_claim_plan = NULL;
+static SPIPlanPtr citus_hinted_claim_plan = NULL;
+static SPIPlanPtr citus_lane_claim_plan = NULL;
+static SPIPlanPtr citus_complete_plan = NULL;
+static SPIPlanPtr citus_complete_batch_plan = NULL;
+static SPIPlanPtr citus_history_plan = NULL;
 static planner_hook_type prev_planner_hook = NULL;
 
 #define TOKEN_SQL \
@@ -85,6 +109,212 @@ queue_claim_token(void)
 		elog(ERROR, "queue: drawing a lease token failed");
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	return DatumGetInt64(d);
+}
+
+/*
+ * The claim under Citus, with dequeue.c's parameters ($1 queue, $2 limit,
+ * $3 worker, $4 lease, $5 cap stripe, $6 and $7 where it starts) and the
+ * lease token as $8; its result has the columns of dequeue.c's claim.
+ */
+#define CITUS_CLAIM_SQL_WITH(start) \
+	"WITH cand AS MATERIALIZED (" \
+	"  SELECT i.item_id, i.priority AS prio, i.visible_at AS since, " \
+	"         (i.lease_token IS NOT NULL AND NOT i.lost_counted) AS lost, " \
+	"         pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(" \
+	"           'attempt', i.attempt, 'at', i.lease_expires_at, 'worker', i.worker, " \
+	"           'error', 'lease expired', 'error_code', 'lease_expired')) AS lost_entry, " \
+	"         (i.expires_at IS NOT NULL AND i.expires_at" OP("<=") "pg_catalog.statement_timestamp()) AS expired, " \
+	"         (i.lease_token IS NOT NULL AND (i.attempt" OP(">=") "i.max_attempts " \
+	"                                        OR i.lease_token" OP("<") "0)) AS spent " \
+	"    FROM queue.item_live i " \
+	"   WHERE i.queue_name" OP("=") "$1 " \
+	"     AND i.visible_at" OP("<=") "pg_catalog.statement_timestamp() " \
+	start \
+	"     AND (i.requires IS NULL OR i.requires" OP("<@") \
+	"          (SELECT w.labels FROM queue.worker_registry w WHERE w.worker" OP("=") "$3)) " \
+	"   ORDER BY i.priority, i.visible_at, i.item_id " \
+	"   LIMIT $2 " \
+	"   FOR UPDATE SKIP LOCKED), " \
+	"claimed AS (" \
+	"  UPDATE queue.item_live i " \
+	"     SET attempt = i.attempt" OP("+") "1, lease_token = $8, " \
+	"         worker = $3, claimed_at = pg_catalog.statement_timestamp(), cap_stripe = $5, " \
+	"         lease_session = queue._session_key(), lost_counted = false, " \
+	"         lease_expires_at = pg_catalog.statement_timestamp()" OP("+") "$4, " \
+	"         visible_at = pg_catalog.statement_timestamp()" OP("+") "$4, " \
+	"         errors = CASE WHEN c.lost THEN i.errors" OP("||") "c.lost_entry ELSE i.errors END, " \
+	"         last_error = CASE WHEN c.lost THEN 'lease expired' ELSE i.last_error END, " \
+	"         error_code = CASE WHEN c.lost THEN 'lease_expired' ELSE i.error_code END " \
+	"    FROM cand c " \
+	"   WHERE i.queue_name" OP("=") "$1 AND i.item_id" OP("=") "c.item_id " \
+	"     AND NOT c.expired AND NOT c.spent " \
+	"  RETURNING i.item_id, i.lease_token, i.payload, i.progress, i.attempt, i.max_attempts, " \
+	"            i.base_priority, i.enqueued_at, i.lease_expires_at, i.dedup_key, i.correlation_id) " \
+	"SELECT cl.*, NULL::pg_catalog.int4, NULL::pg_catalog.timestamptz, NULL::pg_catalog.bool, " \
+	"       " CLAIM_ROW_LEASED " AS kind " \
+	"  FROM claimed cl " \
+	"UNION ALL " \
+	"SELECT c.item_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, " \
+	"       c.prio, c.since, c.lost, " \
+	"       CASE WHEN c.expired THEN " CLAIM_ROW_EXPIRED " WHEN c.spent THEN " CLAIM_ROW_SPENT \
+	"            ELSE " CLAIM_ROW_CANDIDATE " END " \
+	"  FROM cand c " \
+	"ORDER BY 12 NULLS FIRST, 13, 1"
+
+/* the head of the queue, below the limited keys' band (flow.c) */
+#define CITUS_CLAIM_SQL \
+	CITUS_CLAIM_SQL_WITH("     AND i.priority" OP("<") FLOW_BAND " ")
+/* from where this backend last found claimable rows (dequeue.c) */
+#define CITUS_HINTED_CLAIM_SQL \
+	CITUS_CLAIM_SQL_WITH("     AND i.priority" OP("<") FLOW_BAND \
+						 "     AND ROW(i.priority, i.visible_at)" OP(">=") "ROW($6, $7) ")
+/* one limited key's lane */
+#define CITUS_LANE_CLAIM_SQL \
+	CITUS_CLAIM_SQL_WITH("     AND i.limit_key" OP("=") "$6::pg_catalog.text " \
+						 "     AND i.priority" OP(">=") FLOW_BAND " ")
+
+/*
+ * queue_citus_claim
+ *		Run dequeue.c's claim in its Citus form (see the file header):
+ *		values and nulls hold its five parameters; lane_key (lane) or
+ *		hint_priority and hint_since (hinted) say where it starts.  The
+ *		result is in SPI_tuptable, as from dequeue.c's claim.
+ */
+void
+queue_citus_claim(Datum *values, const char *nulls, bool lane, Datum lane_key,
+				  bool hinted, int32 hint_priority, TimestampTz hint_since)
+{
+	Oid			argtypes[8] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, INT2OID,
+	INT4OID, TIMESTAMPTZOID, INT8OID};
+	Datum		v[8];
+	char		n[8];
+	SPIPlanPtr	plan;
+
+	memcpy(v, values, sizeof(Datum) * 5);
+	memcpy(n, nulls, 5);
+	v[5] = Int32GetDatum(hint_priority);
+	v[6] = TimestampTzGetDatum(hint_since);
+	n[5] = n[6] = hinted ? ' ' : 'n';
+	v[7] = Int64GetDatum(queue_claim_token());
+	n[7] = ' ';
+	if (lane)
+	{
+		argtypes[5] = TEXTOID;
+		v[5] = lane_key;
+		n[5] = ' ';
+		plan = queue_prepare_cached(&citus_lane_claim_plan, CITUS_LANE_CLAIM_SQL, 8, argtypes);
+	}
+	else if (hinted)
+		plan = queue_prepare_cached(&citus_hinted_claim_plan, CITUS_HINTED_CLAIM_SQL, 8, argtypes);
+	else
+		plan = queue_prepare_cached(&citus_claim_plan, CITUS_CLAIM_SQL, 8, argtypes);
+	queue_spi_exec(plan, v, n, false, 0, SPI_OK_SELECT, "claim");
+}
+
+/*
+ * complete's and complete_batch's DELETE under Citus: its first five
+ * columns are those of their plain statements (ack.c), the others go to
+ * item_done.
+ */
+#define CITUS_COMPLETED_COLUMNS \
+	"RETURNING i.item_id, i.dedup_key, i.attempt, i.worker, i.lease_token" OP("<") "0, " \
+	"          i.payload, i.enqueued_at, i.claimed_at, i.correlation_id, i.progress"
+#define CITUS_COMPLETE_SQL \
+	"DELETE FROM queue.item_live i " \
+	" WHERE i.queue_name" OP("=") "$1 AND i.item_id" OP("=") "$2 " \
+	"   AND pg_catalog.abs(i.lease_token)" OP("=") "$3 " \
+	CITUS_COMPLETED_COLUMNS
+#define CITUS_COMPLETE_BATCH_SQL \
+	"DELETE FROM queue.item_live i " \
+	" WHERE i.queue_name" OP("=") "$1 AND i.item_id" OP("=") "ANY ($2) " \
+	"   AND (i.item_id, pg_catalog.abs(i.lease_token))" OP("=") "ANY (" \
+	"       SELECT u.id, u.tok FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.int8[]), " \
+	"                                          pg_catalog.unnest($3::pg_catalog.int8[])) AS u(id, tok)) " \
+	CITUS_COMPLETED_COLUMNS
+#define CITUS_HISTORY_SQL \
+	"INSERT INTO queue.item_done (queue_name, item_id, payload, result, attempts, worker, " \
+	"       enqueued_at, claimed_at, completed_at, dedup_key, correlation_id, progress) " \
+	"SELECT $1, u.i, u.p, $2, u.a, u.w, u.e, u.c, pg_catalog.now(), u.k, u.r, u.g " \
+	"  FROM ROWS FROM (pg_catalog.unnest($3::pg_catalog.int8[]), pg_catalog.unnest($4::pg_catalog.jsonb[]), " \
+	"                  pg_catalog.unnest($5::pg_catalog.int4[]), pg_catalog.unnest($6::pg_catalog.text[]), " \
+	"                  pg_catalog.unnest($7::pg_catalog.timestamptz[]), pg_catalog.unnest($8::pg_catalog.timestamptz[]), " \
+	"                  pg_catalog.unnest($9::pg_catalog.text[]), pg_catalog.unnest($10::pg_catalog.text[]), " \
+	"                  pg_catalog.unnest($11::pg_catalog.jsonb[])) AS u(i, p, a, w, e, c, k, r, g)"
+
+/* Column col (1-based) of the n rows of t, as an array of type elemtype. */
+static Datum
+column_array(SPITupleTable *t, uint64 n, int col, Oid elemtype)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
+	bool	   *nulls = palloc(sizeof(bool) * Max(n, 1));
+	int			dims[1];
+	int			lbs[1] = {1};
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+
+	for (uint64 r = 0; r < n; r++)
+		elems[r] = SPI_getbinval(t->vals[r], t->tupdesc, col, &nulls[r]);
+	dims[0] = (int) n;
+	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
+	return PointerGetDatum(construct_md_array(elems, nulls, 1, dims, lbs, elemtype,
+											  typlen, typbyval, typalign));
+}
+
+/*
+ * queue_citus_complete
+ *		complete's (batch false: $2 an item id, $3 its token) or
+ *		complete_batch's (batch true: $2 and $3 arrays of them) statement in
+ *		its Citus form (see the file header).  values and nulls hold the
+ *		four parameters of ack.c's statement ($1 queue, $4 result); the
+ *		completed rows are left in SPI_tuptable and SPI_processed, their
+ *		first five columns those of ack.c's statement.
+ */
+void
+queue_citus_complete(Datum *values, const char *nulls, bool batch)
+{
+	Oid			dt[3] = {TEXTOID, INT8OID, INT8OID};
+	Oid			ht[11] = {TEXTOID, JSONBOID, INT8ARRAYOID, JSONBARRAYOID, INT4ARRAYOID,
+		TEXTARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
+	JSONBARRAYOID};
+	Oid			elemtypes[9] = {INT8OID, JSONBOID, INT4OID, TEXTOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID};
+	/* columns of the DELETE's rows, in the order of the INSERT's arrays */
+	int			cols[9] = {1, 6, 3, 4, 7, 8, 2, 9, 10};
+	Datum		hv[11];
+	char		hn[11];
+	SPITupleTable *done;
+	uint64		ndone;
+
+	if (batch)
+	{
+		dt[1] = dt[2] = INT8ARRAYOID;
+		queue_spi_exec(queue_prepare_cached(&citus_complete_batch_plan, CITUS_COMPLETE_BATCH_SQL,
+											3, dt),
+					   values, nulls, false, 0, SPI_OK_DELETE_RETURNING, "completing items");
+	}
+	else
+		queue_spi_exec(queue_prepare_cached(&citus_complete_plan, CITUS_COMPLETE_SQL, 3, dt),
+					   values, nulls, false, 0, SPI_OK_DELETE_RETURNING, "completing item");
+	done = SPI_tuptable;
+	ndone = SPI_processed;
+	if (ndone > 0)
+	{
+		hv[0] = values[0];
+		hn[0] = ' ';
+		hv[1] = values[3];
+		hn[1] = nulls[3];
+		for (int c = 0; c < 9; c++)
+		{
+			hv[c + 2] = column_array(done, ndone, cols[c], elemtypes[c]);
+			hn[c + 2] = ' ';
+		}
+		queue_spi_exec(queue_prepare_cached(&citus_history_plan, CITUS_HISTORY_SQL, 11, ht),
+					   hv, hn, false, 0, SPI_OK_INSERT, "recording history");
+	}
+	/* NB: the INSERT replaced them; the DELETE's rows live until SPI_finish */
+	SPI_tuptable = done;
+	SPI_processed = ndone;
 }
 
 /* Is node a call of a queue function with a NULL queue_name first? */

@@ -43,6 +43,12 @@
  */
 #define OUTER_QUEUE_FILTER "$1 COLLATE pg_catalog.\"C\""
 
+/* Kinds of the rows of the claim's result (dequeue.c, distributed.c). */
+#define CLAIM_ROW_LEASED	"0"
+#define CLAIM_ROW_EXPIRED	"1"
+#define CLAIM_ROW_SPENT		"2"
+#define CLAIM_ROW_CANDIDATE "3"
+
 /* Limits of the public contract. */
 #define QUEUE_NAME_MAXLEN		47
 #define QUEUE_PRIORITY_MIN		0
@@ -180,6 +186,9 @@ extern void queue_spi_exec_fixed(SPIPlanPtr plan, Datum *values, const char *nul
 /* distributed.c */
 extern bool queue_citus_loaded(void);
 extern int64 queue_claim_token(void);
+extern void queue_citus_complete(Datum *values, const char *nulls, bool batch);
+extern void queue_citus_claim(Datum *values, const char *nulls, bool lane, Datum lane_key,
+							  bool hinted, int32 hint_priority, TimestampTz hint_since);
 extern void queue_distributed_init(void);
 
 /* validate.c */

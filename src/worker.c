@@ -13,6 +13,10 @@
  * otherwise.  The row is locked with SKIP LOCKED: when another session is
  * writing it, that session refreshes last_seen itself, and a report never
  * waits for (or deadlocks on) the worker row while it holds its item.
+ * Under Citus worker_registry is a reference table: any UPDATE of it, even
+ * one that changes no row, is a two-phase commit on every node, so there
+ * the row is read first (the node's own copy) and written only when its
+ * last_seen is CITUS_SIGN_OF_LIFE_USECS old, as dequeue refreshes it.
  *
  * Connections.  queue._session_key() names this backend's connection.
  * dequeue, extend_lease and checkpoint store it in item_live.lease_session;
@@ -25,6 +29,14 @@
  * per call never claims on its heartbeat connection, so its leases stay
  * renewed.
  *
+ * Under Citus a call delegated to the node holding its queue runs in a
+ * connection the coordinator opened for the client's session, and a
+ * heartbeat runs on the coordinator: the key is then Citus's global id of
+ * the client's session on the coordinator (citus_backend_gpid(), the same
+ * on every node serving that session), so the rule above holds for
+ * delegated claims too.  A global id is its node and process id: a new
+ * session that gets the process id of a closed one passes for it.
+ *
  * src/worker.c
  *
  *-------------------------------------------------------------------------
@@ -35,6 +47,8 @@
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "parser/parse_func.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
@@ -44,8 +58,16 @@ PG_FUNCTION_INFO_V1(queue_session_key_sql);
 
 /* last_seen is rewritten by a sign of life at most this often. */
 #define SIGN_OF_LIFE_USECS (1 * USECS_PER_SEC)
+#define CITUS_SIGN_OF_LIFE_USECS (5 * USECS_PER_SEC)
 
 static SPIPlanPtr alive_plan = NULL;
+static SPIPlanPtr stale_plan = NULL;
+
+/* Under Citus: is the worker's last_seen older than $2? (a local read) */
+#define STALE_SQL \
+	"SELECT FROM queue.worker_registry x " \
+	" WHERE x.worker" OP("=") "$1 " \
+	"   AND x.last_seen" OP("<") "(pg_catalog.statement_timestamp()" OP("-") "$2)"
 
 #define ALIVE_SQL \
 	"UPDATE queue.worker_registry w " \
@@ -59,11 +81,24 @@ static SPIPlanPtr alive_plan = NULL;
 /*
  * queue_session_key
  *		This backend's connection as a number no other connection of the
- *		cluster shares while it lives: its start time and process id.
+ *		cluster shares while it lives: its start time and process id; under
+ *		Citus the global id of the client's session (see the header).
  */
 int64
 queue_session_key(void)
 {
+	static Oid	gpid_fn = InvalidOid;
+
+	if (queue_citus_loaded())
+	{
+		if (!OidIsValid(gpid_fn))
+			gpid_fn = LookupFuncName(list_make2(makeString("pg_catalog"),
+												makeString("citus_backend_gpid")),
+									 0, NULL, true);
+		/* NB: absent until CREATE EXTENSION citus in this database */
+		if (OidIsValid(gpid_fn))
+			return DatumGetInt64(OidFunctionCall0(gpid_fn));
+	}
 	return (int64) (MyStartTimestamp ^ ((uint64) MyProcPid << 48));
 }
 
@@ -110,6 +145,14 @@ queue_worker_alive(Datum worker)
 	every.time = SIGN_OF_LIFE_USECS;
 	values[0] = worker;
 	values[1] = IntervalPGetDatum(&every);
+	if (queue_citus_loaded())
+	{
+		every.time = CITUS_SIGN_OF_LIFE_USECS;
+		queue_spi_exec(queue_prepare_cached(&stale_plan, STALE_SQL, 2, argtypes),
+					   values, NULL, false, 1, SPI_OK_SELECT, "reading a sign of life");
+		if (SPI_processed == 0)
+			return;
+	}
 	queue_spi_exec(queue_prepare_cached(&alive_plan, ALIVE_SQL, 2, argtypes),
 				   values, NULL, false, 0, SPI_OK_UPDATE, "recording a sign of life");
 }

@@ -7,16 +7,6 @@ NFAIL=0
 # Known gaps: checks that fail on Citus today, reported as TAP TODO (not
 # counted as failures) with the reason; README "Scale-out" lists them.
 declare -A TODO=(
-	["API calls on distributed queues (the statements route to each queue's node)"]="stats() and the views pass a queue_config row to queue._pause_state(), which Citus pushes into the shard query under the shard's row type"
-	["regress subset on the coordinator (5 tests)"]="queue._pause_state() (queues view, stats, sweep) and drop_queue()'s queue._forget_queue() fail on Citus since they landed; the subset passed before them"
-	["health() across nodes"]="health() passes a queue_config row to queue._pause_state(), which Citus pushes into the shard query under the shard's row type"
-	["dequeue of a batch (FROM clause): one node"]="the lease calls record the worker's session in worker_registry, a reference table: that write commits on every node"
-	["extend_lease: one node"]="the lease calls record the worker's session in worker_registry, a reference table: that write commits on every node"
-	["checkpoint: one node"]="the lease calls record the worker's session in worker_registry, a reference table: that write commits on every node"
-	["complete: one node"]="the lease calls record the worker's session in worker_registry, a reference table: that write commits on every node"
-	["fail: one node"]="the lease calls record the worker's session in worker_registry, a reference table: that write commits on every node"
-	["release: one node"]="the lease calls record the worker's session in worker_registry, a reference table: that write commits on every node"
-	["complete_batch: one node"]="the lease calls record the worker's session in worker_registry, a reference table: that write commits on every node"
 )
 
 ok() {
@@ -148,6 +138,9 @@ t
 one_node() {
 	local q=$1 sql=$2 name=$3 node sent nodes
 	node=$(queue_node "$q" 2>/dev/null)
+	# a sign of life older than 5 s is written to worker_registry, a
+	# reference table, on every node: keep the bot's fresh
+	cpsql -c "SET client_min_messages = warning" -c "SELECT queue.heartbeat('ss-bot')" >/dev/null 2>&1
 	sent=$(cpsql -c "SET client_min_messages = notice" -c "$sql" 2>&1 >/dev/null)
 	nodes=$(printf '%s\n' "$sent" |
 		sed -n -e 's/.*on server [^@]*@\([^ ]*\) connectionId.*/\1/p' -e 's/^DETAIL:  from \([^ ]*\)$/\1/p' |
@@ -188,11 +181,45 @@ case_single_shard() {
 	one_node "$q" "SELECT queue.complete_batch('$q', '$id', '$tok')" "complete_batch"
 	id=$(cpsql -c "SET client_min_messages = warning" -c "SELECT min(item_id) FROM queue.history WHERE queue_name = '$q'")
 	one_node "$q" "SELECT * FROM queue.item('$q', $id)" "item"
+	# the lease calls are still signs of life: a stale last_seen is written
+	read -r id tok <<<"$(cpsql -F ' ' -c "SET client_min_messages = warning" -c "SELECT item_id, lease_token FROM queue.dequeue('$q', 'ss-bot', 1)")"
+	cpsql -c "SET client_min_messages = warning" \
+		-c "UPDATE queue.worker_registry SET last_seen = now() - interval '1 min' WHERE worker = 'ss-bot'" \
+		-c "SELECT queue.release('$q', $id, $tok)" >/dev/null 2>&1
+	is t "$(cpsql -c "SET client_min_messages = warning" -c "SELECT last_seen > now() - interval '10 s' FROM queue.worker_registry WHERE worker = 'ss-bot'")" \
+		"a lease call refreshes a stale last_seen"
 	for p in "$COORD_PORT" "${WORKER_PORTS[@]}"; do
 		"$BINDIR/psql" -h "$BASE" -p "$p" -U postgres -d postgres -qAtX \
 			-c "ALTER SYSTEM RESET citus.log_remote_commands" \
 			-c "ALTER SYSTEM RESET citus.log_local_commands" -c "SELECT pg_reload_conf()" >/dev/null
 	done
+}
+
+# heartbeat's connection rule (src/worker.c) with delegated claims: the
+# session that claimed keeps its lease renewed; once the worker's
+# heartbeats come from another session, that lease is left to expire.
+case_heartbeat() {
+	local q out
+	q=$(queue_on_worker 1 hb_) || { ok 1 "a queue name on worker 1"; return; }
+	cpsql -c "SELECT queue.create_queue('$q')" -c "SELECT queue.enqueue('$q', '{}')" >/dev/null
+	out=$(cpsql -c "SELECT queue.register_worker('hb-bot')" -c "SELECT count(*) FROM queue.dequeue('$q', 'hb-bot')" \
+		-c "SELECT queue.heartbeat('hb-bot')" 2>&1)
+	is "$(printf '\n1\n1')" "$out" "heartbeat renews the lease claimed (delegated) on its own session"
+	is 0 "$(cpsql -c "SELECT queue.heartbeat('hb-bot')" 2>&1)" \
+		"heartbeat from another session leaves the delegated claim's lease alone"
+}
+
+# drop_queue of a queue on a worker removes its rows there.
+case_drop() {
+	local q out
+	q=$(queue_on_worker 2 dq_) || { ok 1 "a queue name on worker 2"; return; }
+	cpsql -c "SELECT queue.create_queue('$q')" -c "SELECT queue.set_limit('$q', 'k', max_in_flight => 1)" \
+		-c "SELECT count(*) FROM queue.enqueue_batch('$q', array_fill('{}'::jsonb, ARRAY[3]))" >/dev/null 2>&1
+	out=$(cpsql -c "SELECT queue.drop_queue('$q', force => true)" 2>&1)
+	ok $? "drop_queue(force) of a distributed queue" "$out"
+	is 0 "$(cpsql -c "SELECT (SELECT count(*) FROM queue.item_live WHERE queue_name = '$q')
+	                       + (SELECT count(*) FROM queue.flow_limit WHERE queue_name = '$q')")" \
+		"drop_queue left none of its rows"
 }
 
 # LISTEN on the coordinator hears an enqueue made through the coordinator
@@ -343,7 +370,7 @@ case_regress() {
 	ok $st "regress subset on the coordinator ($(echo $tests | wc -w) tests)"
 }
 
-for c in distribute api single_shard listen no_double_claim regress kill9 shard_move; do
+for c in distribute api single_shard heartbeat drop listen no_double_claim regress kill9 shard_move; do
 	# distribute always runs: the others need it
 	if [ $c = distribute ] || want_case $c; then
 		echo "# case $c"

@@ -4,7 +4,9 @@
 # Builds Citus from CITUS_SRC (a source directory or a `git archive`
 # tarball; default: citus-*.tar.gz under shared/deps/ next to the
 # repository) into the PostgreSQL of PG_CONFIG, unless a Citus is already
-# installed there (CITUS_REBUILD=1 builds anyway), installs queue, starts a
+# installed there (CITUS_REBUILD=1 builds anyway; a build from an archive
+# is cached in CITUS_CACHE, default /var/tmp/queue-citus-cache, under the
+# archive's checksum and the PostgreSQL), installs queue, starts a
 # coordinator and two workers on free loopback ports, distributes queue
 # with queue.distribute(), runs the cases of test/citus/cases.sh and the
 # regress subset listed in test/citus/regress.txt against the coordinator,
@@ -59,22 +61,41 @@ if [ "${1:-}" != "--cluster" ]; then
 		echo "# Citus already installed in $($PG_CONFIG --bindir)/..: build skipped"
 	else
 		[ "$(id -u)" = 0 ] && { "$REPO/test/deps.sh" $CITUS_DEPS || exit 1; }
-		BUILD=$(mktemp -d /tmp/citus-build.XXXXXX)
-		echo "# building Citus from $SRC in $BUILD"
-		if [ -d "$SRC" ]; then
-			cp -a "$SRC/." "$BUILD/citus/" 2>/dev/null || { mkdir -p "$BUILD/citus" && cp -a "$SRC/." "$BUILD/citus/"; }
-		else
-			mkdir -p "$BUILD/citus" && tar xzf "$SRC" -C "$BUILD/citus" --strip-components=1
+		# A build from an archive is kept, installed into a staging tree,
+		# in CITUS_CACHE under the archive's checksum and the PostgreSQL it
+		# was built for: the next run on another installation of the same
+		# PostgreSQL (a fresh clone, a fresh test copy) copies it in.
+		CACHE=
+		if [ -f "$SRC" ]; then
+			key=$( { sha256sum <"$SRC"; $PG_CONFIG --version; $PG_CONFIG --pkglibdir; } | sha256sum | cut -c1-16)
+			CACHE=${CITUS_CACHE:-/var/tmp/queue-citus-cache}/$key
 		fi
-		# not in a directory named src: Citus's configure then fails
-		(cd "$BUILD/citus" && ./configure PG_CONFIG="$PG_CONFIG" >"$BUILD/configure.log" 2>&1 &&
-			make -j2 with_llvm=no >"$BUILD/make.log" 2>&1 &&
-			make with_llvm=no install >"$BUILD/install.log" 2>&1) || {
-			echo "Bail out! Citus build failed, logs in $BUILD"
-			tail -n 30 "$BUILD"/*.log
-			exit 1
-		}
-		rm -rf "$BUILD"
+		if [ -n "$CACHE" ] && [ -f "$CACHE/done" ] && [ -z "${CITUS_REBUILD:-}" ]; then
+			echo "# Citus from the build cache $CACHE"
+			cp -a "$CACHE/stage/." / || { echo "Bail out! copying $CACHE failed"; exit 1; }
+		else
+			BUILD=$(mktemp -d /tmp/citus-build.XXXXXX)
+			echo "# building Citus from $SRC in $BUILD"
+			if [ -d "$SRC" ]; then
+				cp -a "$SRC/." "$BUILD/citus/" 2>/dev/null || { mkdir -p "$BUILD/citus" && cp -a "$SRC/." "$BUILD/citus/"; }
+			else
+				mkdir -p "$BUILD/citus" && tar xzf "$SRC" -C "$BUILD/citus" --strip-components=1
+			fi
+			# not in a directory named src: Citus's configure then fails
+			(cd "$BUILD/citus" && ./configure PG_CONFIG="$PG_CONFIG" >"$BUILD/configure.log" 2>&1 &&
+				make -j2 with_llvm=no >"$BUILD/make.log" 2>&1 &&
+				make with_llvm=no install >"$BUILD/install.log" 2>&1) || {
+				echo "Bail out! Citus build failed, logs in $BUILD"
+				tail -n 30 "$BUILD"/*.log
+				exit 1
+			}
+			if [ -n "$CACHE" ]; then
+				rm -rf "$CACHE" && mkdir -p "$CACHE" &&
+					make -C "$BUILD/citus" with_llvm=no install DESTDIR="$CACHE/stage" >/dev/null 2>&1 &&
+					touch "$CACHE/done" || rm -rf "$CACHE"
+			fi
+			rm -rf "$BUILD"
+		fi
 	fi
 	if [ "$(id -u)" = 0 ]; then
 		make -s -C "$REPO" PG_CONFIG="$PG_CONFIG" >/dev/null &&

@@ -190,15 +190,28 @@ END
 $$;
 COMMENT ON FUNCTION queue._breaker_probe_back(text, bigint) IS 'Re-opens the breaker, cooldown over, when its probe was released';
 
+CREATE OR REPLACE FUNCTION queue._pause_state(p_paused boolean, p_pause_reason text,
+                                   p_paused_at timestamptz, p_breaker_state text,
+                                   p_breaker_reason text, p_breaker_opened_at timestamptz,
+                                   OUT paused boolean, OUT pause_reason text,
+                                   OUT paused_at timestamptz, OUT paused_by text)
+RETURNS record LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT p_paused OR p_breaker_state OPERATOR(pg_catalog.<>) 'closed',
+           CASE WHEN p_paused THEN p_pause_reason ELSE p_breaker_reason END,
+           CASE WHEN p_paused THEN p_paused_at ELSE p_breaker_opened_at END,
+           CASE WHEN p_paused THEN 'operator'
+                WHEN p_breaker_state OPERATOR(pg_catalog.<>) 'closed' THEN 'breaker' END
+$$;
+COMMENT ON FUNCTION queue._pause_state(boolean, text, timestamptz, text, text, timestamptz)
+    IS 'Whether a queue hands out nothing, why, since when and by whom (operator before breaker), from its settings columns';
+
+-- The same of a settings row held in a variable.
 CREATE OR REPLACE FUNCTION queue._pause_state(c queue.queue_config,
                                    OUT paused boolean, OUT pause_reason text,
                                    OUT paused_at timestamptz, OUT paused_by text)
 RETURNS record LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT c.paused OR c.breaker_state OPERATOR(pg_catalog.<>) 'closed',
-           CASE WHEN c.paused THEN c.pause_reason ELSE c.breaker_reason END,
-           CASE WHEN c.paused THEN c.paused_at ELSE c.breaker_opened_at END,
-           CASE WHEN c.paused THEN 'operator'
-                WHEN c.breaker_state OPERATOR(pg_catalog.<>) 'closed' THEN 'breaker' END
+    SELECT * FROM queue._pause_state(c.paused, c.pause_reason, c.paused_at, c.breaker_state,
+                                     c.breaker_reason, c.breaker_opened_at)
 $$;
 COMMENT ON FUNCTION queue._pause_state(queue.queue_config)
     IS 'Whether a queue hands out nothing, why, since when and by whom (operator before breaker)';
@@ -227,7 +240,8 @@ REVOKE ALL ON FUNCTION queue._breaker_outcomes(text, timestamptz, int) FROM PUBL
 REVOKE ALL ON FUNCTION queue._breaker_close(text, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._breaker_probe_back(text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._pause_state(queue.queue_config) FROM PUBLIC;
+REVOKE ALL ON FUNCTION queue._pause_state(boolean, text, timestamptz, text, text, timestamptz) FROM PUBLIC;
 -- the queues view calls it as the reader
-GRANT EXECUTE ON FUNCTION queue._pause_state(queue.queue_config)
+GRANT EXECUTE ON FUNCTION queue._pause_state(boolean, text, timestamptz, text, text, timestamptz)
    TO queue_reader, queue_producer, queue_worker, queue_admin;
 REVOKE ALL ON FUNCTION queue._lock_breaker(text) FROM PUBLIC;

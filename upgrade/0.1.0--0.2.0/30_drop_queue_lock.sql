@@ -24,7 +24,10 @@ BEGIN
          a AS (DELETE FROM queue.alerts a WHERE a.queue_name = p_queue RETURNING 1),
          m AS (DELETE FROM queue.metrics_history m WHERE m.queue_name = p_queue RETURNING 1),
          t AS (DELETE FROM queue.metrics_totals t WHERE t.queue_name = p_queue RETURNING 1),
-         g AS (DELETE FROM queue.queue_grant g WHERE g.queue_name = p_queue RETURNING 1)
+         g AS (DELETE FROM queue.queue_grant g WHERE g.queue_name = p_queue RETURNING 1),
+         fg AS (DELETE FROM queue.flow_group f WHERE f.queue_name = p_queue RETURNING 1),
+         fl AS (DELETE FROM queue.flow_limit f WHERE f.queue_name = p_queue RETURNING 1),
+         fc AS (DELETE FROM queue.flow_claim f WHERE f.queue_name = p_queue RETURNING 1)
     SELECT jsonb_build_object('item_live', (SELECT count(*) FROM l),
                               'item_done', (SELECT count(*) FROM h),
                               'dead_letters', (SELECT count(*) FROM x),
@@ -34,7 +37,10 @@ BEGIN
                               'alerts', (SELECT count(*) FROM a),
                               'metrics_history', (SELECT count(*) FROM m),
                               'metrics_totals', (SELECT count(*) FROM t),
-                              'queue_grant', (SELECT count(*) FROM g))
+                              'queue_grant', (SELECT count(*) FROM g),
+                              'flow_group', (SELECT count(*) FROM fg),
+                              'flow_limit', (SELECT count(*) FROM fl),
+                              'flow_claim', (SELECT count(*) FROM fc))
       INTO v_counts;
     RETURN v_counts;
 END

@@ -279,7 +279,8 @@ SELECT c.queue_name, c.lease_timeout, c.max_attempts, c.backoff_base, c.backoff_
        c.created_at,
        p.paused_by, c.breaker_reason, c.breaker_opened_at, c.group_on_dead
   FROM queue.queue_config c
- CROSS JOIN LATERAL queue._pause_state(c) p
+ CROSS JOIN LATERAL queue._pause_state(c.paused, c.pause_reason, c.paused_at, c.breaker_state,
+                               c.breaker_reason, c.breaker_opened_at) p
  WHERE queue._can_read(c.queue_name);
 COMMENT ON VIEW queue.queues IS 'Every queue the caller may read, with its settings, pause (operator first, else breaker) and breaker state';
 
@@ -329,6 +330,7 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text := queue._check_name(unhold.queue_name);
+    v_now timestamptz := now();     -- a value: Citus refuses now() in a CASE of an UPDATE
 BEGIN
     IF unhold.item_id IS NULL THEN
         RAISE EXCEPTION 'item_id must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -337,8 +339,8 @@ BEGIN
     UPDATE queue.item_live i
        SET on_hold = false, hold_reason = NULL,
            visible_at = CASE WHEN i.group_wait THEN queue._flow_parked()   -- still behind its head
-                             ELSE greatest(i.run_at, now()) END,
-           run_at = greatest(i.run_at, now())
+                             ELSE greatest(i.run_at, v_now) END,
+           run_at = greatest(i.run_at, v_now)
      WHERE i.queue_name = v_name AND i.item_id = unhold.item_id AND i.on_hold;
     IF NOT FOUND THEN
         RETURN false;

@@ -274,16 +274,24 @@ END
 $$;
 COMMENT ON FUNCTION queue._sweep_guarded(text) IS 'One queue''s sweep as a row; a failure is a warning and no row';
 
-CREATE OR REPLACE FUNCTION queue.sweep_dropped()
-RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+-- The queue names that have rows in the per-queue tables sweep_dropped()
+-- clears: on a plain server one index probe per name and table; under
+-- Citus, which refuses a recursive CTE over the distributed tables without
+-- a queue filter, a DISTINCT over each table on every node.
+CREATE OR REPLACE FUNCTION queue._queues_with_rows() RETURNS SETOF text
+LANGUAGE plpgsql STABLE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
-#variable_conflict use_column
-DECLARE
-    v_name text;
-    v_counts jsonb;
-    v_n bigint := 0;
 BEGIN
-    FOR v_name IN
+    IF queue.distributed() THEN
+        RETURN QUERY
+        SELECT t.queue_name FROM queue.item_live t UNION SELECT t.queue_name FROM queue.item_done t
+        UNION SELECT t.queue_name FROM queue.dead_letters t UNION SELECT t.queue_name FROM queue.events t
+        UNION SELECT t.queue_name FROM queue.dedup_done t UNION SELECT t.queue_name FROM queue.failure_log t
+        UNION SELECT t.queue_name FROM queue.alerts t UNION SELECT t.queue_name FROM queue.metrics_history t
+        UNION SELECT t.queue_name FROM queue.queue_grant t;
+        RETURN;
+    END IF;
+    RETURN QUERY
         WITH RECURSIVE
         l(q) AS (SELECT min(t.queue_name) FROM queue.item_live t UNION ALL
                  SELECT (SELECT min(t.queue_name) FROM queue.item_live t WHERE t.queue_name > l.q)
@@ -316,8 +324,25 @@ BEGIN
           FROM (SELECT q FROM l UNION ALL SELECT q FROM h UNION ALL SELECT q FROM x
                 UNION ALL SELECT q FROM e UNION ALL SELECT q FROM k UNION ALL SELECT q FROM f
                 UNION ALL SELECT q FROM a UNION ALL SELECT q FROM m UNION ALL SELECT q FROM g) u
-         WHERE u.q IS NOT NULL
-           AND NOT EXISTS (SELECT 1 FROM queue.queue_config c WHERE c.queue_name = u.q)
+         WHERE u.q IS NOT NULL;
+END
+$$;
+COMMENT ON FUNCTION queue._queues_with_rows()
+    IS 'The queue names that have rows in the per-queue tables (sweep_dropped)';
+
+CREATE OR REPLACE FUNCTION queue.sweep_dropped()
+RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text;
+    v_counts jsonb;
+    v_n bigint := 0;
+    v_busy text[];
+BEGIN
+    FOR v_name IN
+        SELECT n.q FROM queue._queues_with_rows() n(q)
+         WHERE NOT EXISTS (SELECT 1 FROM queue.queue_config c WHERE c.queue_name = n.q)
          ORDER BY 1
     LOOP
         CONTINUE WHEN v_name !~ '^[a-z][a-z0-9_]{0,46}$';   -- no queue can have it
@@ -334,6 +359,26 @@ BEGIN
     -- (at least a day), holding nothing and with no maintenance window
     -- ahead: random or one-off worker names never pile up, and the fleet
     -- checks never walk every worker ever seen.
+    IF queue.distributed() THEN
+        -- Citus refuses a write of a reference table (worker_registry)
+        -- that reads a distributed one: the workers holding items first
+        v_busy := ARRAY(SELECT DISTINCT i.worker FROM queue.item_live i
+                          JOIN queue.queue_config c ON c.queue_name = i.queue_name
+                         WHERE i.worker IS NOT NULL);
+        WITH gone AS (
+            DELETE FROM queue.worker_registry w
+             WHERE w.last_seen < now() - greatest(interval '1 day',
+                                                  (SELECT max(c.retention) FROM queue.queue_config c))
+               AND NOT EXISTS (SELECT 1 FROM queue.maintenance_window m
+                                WHERE m.worker = w.worker AND m.ends_at > now())
+               AND w.worker <> ALL (v_busy)
+            RETURNING w.worker),
+        windows AS (
+            DELETE FROM queue.maintenance_window m WHERE m.worker IN (SELECT g.worker FROM gone g)
+            RETURNING 1)
+        SELECT v_n + (SELECT count(*) FROM gone) + (SELECT count(*) FROM windows) INTO v_n;
+        RETURN v_n;
+    END IF;
     WITH gone AS (
         DELETE FROM queue.worker_registry w
          WHERE w.last_seen < now() - greatest(interval '1 day',
@@ -462,6 +507,7 @@ REVOKE ALL ON FUNCTION queue._retention(text, int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue.apply_retention(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._sweep_guarded(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue.sweep_dropped() FROM PUBLIC;
+REVOKE ALL ON FUNCTION queue._queues_with_rows() FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue.sweep(text) FROM PUBLIC;
 REVOKE ALL ON PROCEDURE queue.run_sweep() FROM PUBLIC;
 -- maintenance steps an admin may run (schema/90_security.sql grants every

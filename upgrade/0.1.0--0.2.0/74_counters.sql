@@ -15,6 +15,7 @@ DECLARE
     v_failed bigint;
     v_rows int := 0;
     v_until timestamptz;
+    v_dead jsonb;
     s record;
 BEGIN
     -- Counted totals must equal the rows.  History and failure rows are
@@ -61,22 +62,24 @@ BEGIN
         v_rows := v_rows + 1;
 
         -- running totals: everything retained the first time, then what
-        -- was counted above
+        -- was counted above.  NB: counted before the write, as values:
+        -- under Citus a query in an INSERT or UPDATE of a distributed table
+        -- would run inside the shard's statement, where it may not.
         IF v_until IS NULL THEN
+            SELECT count(*) INTO v_processed FROM queue.item_done d
+             WHERE d.queue_name = v_name AND d.completed_at < v_bound;
+            SELECT count(*) INTO v_failed FROM queue.failure_log f
+             WHERE f.queue_name = v_name AND f.at < v_bound;
+            v_dead := queue._dead_by_reason(v_name, '-infinity', v_bound);
             INSERT INTO queue.metrics_totals AS t (queue_name, processed, failed, dead, counted_until)
-            SELECT v_name,
-                   (SELECT count(*) FROM queue.item_done d
-                     WHERE d.queue_name = v_name AND d.completed_at < v_bound),
-                   (SELECT count(*) FROM queue.failure_log f
-                     WHERE f.queue_name = v_name AND f.at < v_bound),
-                   queue._dead_by_reason(v_name, '-infinity', v_bound),
-                   v_bound
+            VALUES (v_name, v_processed, v_failed, v_dead, v_bound)
             ON CONFLICT ON CONSTRAINT metrics_totals_pkey DO NOTHING;
         ELSIF v_until < v_bound THEN
+            v_dead := queue._dead_by_reason(v_name, v_until, v_bound);
             UPDATE queue.metrics_totals t
                SET processed = t.processed + coalesce(v_processed, 0),
                    failed = t.failed + coalesce(v_failed, 0),
-                   dead = queue._add_counts(t.dead, queue._dead_by_reason(v_name, v_until, v_bound)),
+                   dead = queue._add_counts(t.dead, v_dead),
                    counted_until = v_bound
              WHERE t.queue_name = v_name;
         END IF;

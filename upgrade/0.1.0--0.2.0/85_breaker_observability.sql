@@ -21,7 +21,9 @@ DECLARE
     v_parked bigint;
 BEGIN
     SELECT p.paused INTO paused
-      FROM queue.queue_config c CROSS JOIN LATERAL queue._pause_state(c) p
+      FROM queue.queue_config c
+     CROSS JOIN LATERAL queue._pause_state(c.paused, c.pause_reason, c.paused_at, c.breaker_state,
+                                           c.breaker_reason, c.breaker_opened_at) p
      WHERE c.queue_name = p_queue;
 
     -- the priorities present: one index probe per priority
