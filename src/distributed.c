@@ -42,7 +42,8 @@
  * function can refuse it: SELECT queue.dequeue(NULL, 'w') took the whole
  * coordinator into crash recovery.  Under Citus a planner hook, installed
  * after Citus's and so run before it, raises the queue's own error for a
- * call of a queue function whose queue_name is NULL.
+ * call of a queue function whose queue_name (a required argument: those
+ * are the delegated ones) is NULL.
  *
  * src/distributed.c
  *
@@ -51,6 +52,7 @@
 #include "postgres.h"
 
 #include "catalog/namespace.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "nodes/nodeFuncs.h"
@@ -362,8 +364,11 @@ null_queue_name_call(Node *node, ParamListInfo params)
 	proctup = SearchSysCache1(PROCOID, ObjectIdGetDatum(func->funcid));
 	if (!HeapTupleIsValid(proctup))
 		return false;
+	/* a queue_name with a default (stats, health: NULL = every queue) is no call to refuse */
 	result = get_func_arg_info(proctup, &argtypes, &argnames, &argmodes) > 0 &&
-		argnames != NULL && strcmp(argnames[0], "queue_name") == 0;
+		argnames != NULL && strcmp(argnames[0], "queue_name") == 0 &&
+		((Form_pg_proc) GETSTRUCT(proctup))->pronargdefaults <
+		((Form_pg_proc) GETSTRUCT(proctup))->pronargs;
 	ReleaseSysCache(proctup);
 	return result;
 }

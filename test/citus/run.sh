@@ -101,9 +101,12 @@ if [ "${1:-}" != "--cluster" ]; then
 		make -s -C "$REPO" PG_CONFIG="$PG_CONFIG" >/dev/null &&
 			make -s -C "$REPO" PG_CONFIG="$PG_CONFIG" install >/dev/null || { echo "Bail out! queue install failed"; exit 1; }
 		# the cluster runs as the postgres OS user, from a copy it can read
+		make -s -C "$REPO" PG_CONFIG="$PG_CONFIG" tools >/dev/null 2>&1
 		COPY=$(mktemp -d /tmp/queue-citus-tree.XXXXXX)
-		mkdir -p "$COPY/test"
+		mkdir -p "$COPY/test" "$COPY/tools"
 		cp -a "$REPO/test/citus" "$COPY/test/" && cp -a "$REPO/sql" "$REPO/expected" "$COPY/"
+		# the tools, for the case that points them at the coordinator
+		cp "$REPO/tools/queue-worker/queue-worker" "$REPO/tools/queue-top/queue-top" "$COPY/tools/" 2>/dev/null
 		chown -R postgres "$COPY"
 		runuser -u postgres -- env PG_CONFIG="$PG_CONFIG" KEEP_TMP="${KEEP_TMP:-}" \
 			bash "$COPY/test/citus/run.sh" --cluster "$@"
