@@ -834,8 +834,7 @@ queue_dequeue(PG_FUNCTION_ARGS)
 	ctx.is_probe = is_probe;
 	ctx.current_schema = queue_schema_current();
 	ctx.queue = queue_name;
-	ctx.claim_index = get_relname_relid("item_live_claim_idx",
-										get_namespace_oid("queue", false));
+	ctx.claim_index = queue_claim_index_oid();
 	ctx.probe_id = 0;
 	ctx.probe_expiry = 0;
 	ctx.nburied = 0;

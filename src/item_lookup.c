@@ -39,6 +39,7 @@
 #include "parser/parse_relation.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -63,6 +64,56 @@ queue_lookup_snapshot(void)
 	return snapshot;
 }
 
+/* OIDs of item_live and its claim index, until a relcache invalidation. */
+static Oid	item_live_relid = InvalidOid;
+static Oid	claim_index_relid = InvalidOid;
+
+static void
+item_live_relcache_callback(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == item_live_relid || relid == claim_index_relid)
+		item_live_relid = claim_index_relid = InvalidOid;
+}
+
+void
+queue_item_lookup_init(void)
+{
+	CacheRegisterRelcacheCallback(item_live_relcache_callback, (Datum) 0);
+}
+
+/*
+ * queue_item_live_oid
+ *		queue.item_live's OID (InvalidOid when it is missing), looked up by
+ *		name once and then kept until the table's relcache entry is
+ *		invalidated (dropped, altered).
+ */
+Oid
+queue_item_live_oid(void)
+{
+	if (!OidIsValid(item_live_relid))
+	{
+		Oid			nsp = get_namespace_oid("queue", true);
+
+		if (OidIsValid(nsp))
+			item_live_relid = get_relname_relid("item_live", nsp);
+	}
+	return item_live_relid;
+}
+
+/* queue.item_live_claim_idx's OID, kept like queue_item_live_oid's. */
+Oid
+queue_claim_index_oid(void)
+{
+	if (!OidIsValid(claim_index_relid))
+	{
+		Oid			nsp = get_namespace_oid("queue", true);
+
+		if (OidIsValid(nsp))
+			claim_index_relid = get_relname_relid("item_live_claim_idx", nsp);
+	}
+	return claim_index_relid;
+}
+
 /* An open lookup: item_live, its primary key and a scan of it. */
 struct QueueItemLookup
 {
@@ -81,7 +132,7 @@ struct QueueItemLookup
 QueueItemLookup *
 queue_item_lookup_begin(Snapshot snapshot)
 {
-	Oid			relid = get_relname_relid("item_live", get_namespace_oid("queue", false));
+	Oid			relid = queue_item_live_oid();
 	QueueItemLookup *l;
 
 	if (!OidIsValid(relid))

@@ -141,6 +141,7 @@ _PG_init(void)
 
 	queue_notify_init();
 	queue_cache_init();
+	queue_item_lookup_init();
 
 	queue_distributed_init();
 }
@@ -206,7 +207,7 @@ watch_item_live_growth(void)
 		return;
 	next_check = now + USECS_PER_SEC;
 
-	relid = get_relname_relid("item_live", get_namespace_oid("queue", false));
+	relid = queue_item_live_oid();
 	if (!OidIsValid(relid))
 		return;
 	rel = table_open(relid, AccessShareLock);

@@ -171,6 +171,9 @@ extern void queue_spi_connect(void);
 extern void queue_spi_finish(void);
 
 /* item_lookup.c */
+extern void queue_item_lookup_init(void);
+extern Oid	queue_item_live_oid(void);
+extern Oid	queue_claim_index_oid(void);
 extern Snapshot queue_lookup_snapshot(void);
 typedef struct QueueItemLookup QueueItemLookup;
 extern QueueItemLookup *queue_item_lookup_begin(Snapshot snapshot);

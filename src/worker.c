@@ -107,13 +107,12 @@ queue_session_key(void)
  *		Whether the installed tables are 0.2.0's (item_live.lease_session
  *		exists).  Between installing this library and ALTER EXTENSION queue
  *		UPDATE the 0.1.0 tables are in place, and the hot path must still
- *		work on them.  Two syscache probes.
+ *		work on them.  One syscache probe.
  */
 bool
 queue_schema_current(void)
 {
-	Oid			nsp = get_namespace_oid("queue", true);
-	Oid			rel = OidIsValid(nsp) ? get_relname_relid("item_live", nsp) : InvalidOid;
+	Oid			rel = queue_item_live_oid();
 
 	return OidIsValid(rel) && get_attnum(rel, "lease_session") != InvalidAttrNumber;
 }
