@@ -192,6 +192,10 @@ DECLARE
 BEGIN
     INSERT INTO queue.failure_log (queue_name, item_id, attempt, worker, kind, error_code, error)
     VALUES (p_queue, p_item_id, p_attempt, p_worker, p_kind, p_error_code, p_error);
+    IF EXISTS (SELECT 1 FROM queue.queue_config c
+                WHERE c.queue_name = p_queue AND c.breaker_threshold IS NOT NULL) THEN
+        PERFORM queue._breaker_count(p_queue, 0, 1);
+    END IF;
     PERFORM queue._event(p_queue, p_item_id, 'failed', p_worker, p_attempt,
                          jsonb_build_object('error', p_error, 'error_code', p_error_code)
                          || coalesce(p_details, '{}'));

@@ -18,7 +18,9 @@
 -- Trip rules, judged after every failure (and by sweep): outcomes are
 -- completions and failed attempts (transient, permanent, lost leases,
 -- leases ended by offline recovery or a restart) since
--- greatest(now() - breaker_window, the last close).  The breaker trips
+-- greatest(now() - breaker_window, the last close), summed from running
+-- counts per 10-second bucket (breaker_bucket below): the window is
+-- counted in whole buckets, those that started within it.  The breaker trips
 --   * when the failed fraction exceeds breaker_threshold with at least
 --     breaker_min_samples outcomes (the fraction rule), or
 --   * with queue.breaker_run_rule = on, also when the last
@@ -31,30 +33,93 @@ CREATE FUNCTION queue._lock_breaker(queue_name text) RETURNS void
     LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'queue_lock_breaker_sql';
 COMMENT ON FUNCTION queue._lock_breaker(text) IS 'Waits for the queue''s breaker lock until the end of the transaction';
 
--- The outcomes the breaker and health() judge, counted one way.
+-- Running counts of the outcomes the breaker and health() judge, so that
+-- judging a window costs the same whatever its number of outcomes (a
+-- 10-minute window at 1,000 completions a second is 600,000 rows of
+-- history).  One row per queue, 10-second bucket (bucket_start, aligned
+-- on the epoch) and stripe: stripe n >= 1 is what backend n (its
+-- BackendId, unique among the backends alive at a time) counted in the
+-- bucket, so concurrent completers never update the same row and never
+-- wait for each other (src/breaker.c); stripe -1 is minus what the bucket
+-- held when the breaker closed in it, so that counting starts afresh
+-- there.  Counted while the queue has a breaker, in the transaction of the
+-- outcome: complete, complete_batch, fail, and the failures recorded by
+-- _record_failure (lost leases, offline recovery, restarts).  sweep
+-- removes the buckets older than the window.
+CREATE TABLE queue.breaker_bucket (
+    queue_name   text        NOT NULL,
+    bucket_start timestamptz NOT NULL,
+    stripe       int         NOT NULL,
+    succeeded    bigint      NOT NULL DEFAULT 0,
+    failed       bigint      NOT NULL DEFAULT 0,
+    PRIMARY KEY (queue_name, bucket_start, stripe)
+) WITH (fillfactor = 50);
+COMMENT ON TABLE queue.breaker_bucket
+    IS 'Outcomes (succeeded, failed) per queue, 10-second bucket and backend, summed by the circuit breaker';
+
+CREATE FUNCTION queue._breaker_count(queue_name text, succeeded bigint, failed bigint) RETURNS void
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'queue_breaker_count_sql';
+COMMENT ON FUNCTION queue._breaker_count(text, bigint, bigint)
+    IS 'Adds outcomes to this backend''s row of the queue''s current breaker bucket';
+
+-- The outcomes the breaker and health() judge, counted one way: the
+-- buckets that started at or after p_from (the window in whole buckets,
+-- never older than it), and the bucket holding p_from when the breaker
+-- closed in it (its stripe -1 takes off what came before the close).
 CREATE FUNCTION queue._breaker_outcomes(p_queue text, p_from timestamptz, p_run_max int,
                                         OUT failed bigint, OUT outcomes bigint,
                                         OUT run bigint, OUT last_ok timestamptz)
 RETURNS record LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
+DECLARE
+    v_lo timestamptz := p_from;
+    v_edge timestamptz := date_bin('10 s', p_from, 'epoch');
 BEGIN
-    SELECT count(*) INTO failed FROM queue.failure_log f
-     WHERE f.queue_name = p_queue AND f.at > p_from;
-    SELECT count(*) INTO outcomes FROM queue.item_done d
-     WHERE d.queue_name = p_queue AND d.completed_at > p_from;
-    outcomes := outcomes + failed;
-    -- failures since the last success, counted up to p_run_max
-    SELECT max(d.completed_at) INTO last_ok FROM queue.item_done d
-     WHERE d.queue_name = p_queue AND d.completed_at > p_from;
-    SELECT count(*) INTO run FROM (
-        SELECT 1 FROM queue.failure_log f
-         WHERE f.queue_name = p_queue AND f.at > greatest(p_from, last_ok)
-         LIMIT p_run_max) x;
+    IF EXISTS (SELECT 1 FROM queue.breaker_bucket b
+                WHERE b.queue_name = p_queue AND b.bucket_start = v_edge AND b.stripe = -1) THEN
+        v_lo := v_edge;
+    END IF;
+    SELECT coalesce(sum(b.failed), 0), coalesce(sum(b.succeeded + b.failed), 0)
+      INTO failed, outcomes
+      FROM queue.breaker_bucket b
+     WHERE b.queue_name = p_queue AND b.bucket_start >= v_lo;
+    run := 0;
+    IF p_run_max > 0 THEN
+        -- failures since the last success, counted up to p_run_max: the
+        -- newest entry of each index, then at most p_run_max rows
+        SELECT d.completed_at INTO last_ok FROM queue.item_done d
+         WHERE d.queue_name = p_queue AND d.completed_at > p_from
+         ORDER BY d.completed_at DESC LIMIT 1;
+        SELECT count(*) INTO run FROM (
+            SELECT 1 FROM queue.failure_log f
+             WHERE f.queue_name = p_queue AND f.at > greatest(p_from, last_ok)
+             LIMIT p_run_max) x;
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION queue._breaker_outcomes(text, timestamptz, int)
-    IS 'Failed and total outcomes of a queue since a time, and the run of failures since its last success';
+    IS 'Failed and total outcomes of a queue since a time (its breaker buckets), and the run of failures since its last success';
+
+-- Buckets the window no longer reaches, and every bucket of a queue
+-- without a breaker.  sweep calls it for each queue.
+CREATE FUNCTION queue._breaker_prune(p_queue text)
+RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_n bigint;
+BEGIN
+    DELETE FROM queue.breaker_bucket b
+     USING queue.queue_config c
+     WHERE b.queue_name = p_queue AND c.queue_name = p_queue
+       AND (c.breaker_threshold IS NULL
+            OR b.bucket_start < now() - c.breaker_window - interval '10 s');
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+COMMENT ON FUNCTION queue._breaker_prune(text) IS 'Removes the breaker buckets of a queue that its window no longer reaches';
 
 -- Trip a closed breaker when a rule holds (see above).  Returns whether it tripped.
 CREATE FUNCTION queue._breaker_check(p_queue text)
@@ -101,12 +166,14 @@ BEGIN
         RETURN false;
     END IF;
 
-    -- the dominant error of the failures that tripped it
+    -- the dominant error of the failures that tripped it (of the last
+    -- 1,000 of them: an outage may have many more)
     v_top_from := CASE WHEN v_by_run THEN greatest(v_from, o.last_ok) ELSE v_from END;
     SELECT queue._excerpt(coalesce(f.error_code, f.error)), count(*), sum(count(*)) OVER ()
       INTO v_top, v_top_n, v_top_all
-      FROM queue.failure_log f
-     WHERE f.queue_name = p_queue AND f.at > v_top_from
+      FROM (SELECT x.error_code, x.error FROM queue.failure_log x
+             WHERE x.queue_name = p_queue AND x.at > v_top_from
+             ORDER BY x.at DESC LIMIT 1000) f
      GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 1;
     -- the settings row is taken without waiting: whoever holds it (an
     -- alter_queue, a drop) may be waiting for the caller's item; the next
@@ -160,6 +227,17 @@ BEGIN
        SET breaker_state = 'closed', breaker_opened_at = NULL, breaker_reason = NULL,
            breaker_since = now(), probe_item_id = NULL, probe_expires_at = NULL
      WHERE c.queue_name = p_queue;
+    -- the count starts afresh in the current bucket too: its stripe -1
+    -- takes off what the bucket holds so far (outcomes of transactions
+    -- still open may count after the close)
+    INSERT INTO queue.breaker_bucket AS b (queue_name, bucket_start, stripe, succeeded, failed)
+    SELECT p_queue, date_bin('10 s', now(), 'epoch'), -1,
+           -coalesce(sum(x.succeeded), 0), -coalesce(sum(x.failed), 0)
+      FROM queue.breaker_bucket x
+     WHERE x.queue_name = p_queue AND x.bucket_start = date_bin('10 s', now(), 'epoch')
+       AND x.stripe <> -1
+    ON CONFLICT ON CONSTRAINT breaker_bucket_pkey DO UPDATE
+       SET succeeded = EXCLUDED.succeeded, failed = EXCLUDED.failed;
     IF v_was IS NULL OR v_was = 'closed' THEN
         RETURN false;
     END IF;

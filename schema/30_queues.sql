@@ -284,7 +284,8 @@ BEGIN
          g AS (DELETE FROM queue.queue_grant g WHERE g.queue_name = p_queue RETURNING 1),
          fg AS (DELETE FROM queue.flow_group f WHERE f.queue_name = p_queue RETURNING 1),
          fl AS (DELETE FROM queue.flow_limit f WHERE f.queue_name = p_queue RETURNING 1),
-         fc AS (DELETE FROM queue.flow_claim f WHERE f.queue_name = p_queue RETURNING 1)
+         fc AS (DELETE FROM queue.flow_claim f WHERE f.queue_name = p_queue RETURNING 1),
+         b AS (DELETE FROM queue.breaker_bucket b WHERE b.queue_name = p_queue RETURNING 1)
     SELECT jsonb_build_object('item_live', (SELECT count(*) FROM l),
                               'item_done', (SELECT count(*) FROM h),
                               'dead_letters', (SELECT count(*) FROM x),
@@ -297,7 +298,8 @@ BEGIN
                               'queue_grant', (SELECT count(*) FROM g),
                               'flow_group', (SELECT count(*) FROM fg),
                               'flow_limit', (SELECT count(*) FROM fl),
-                              'flow_claim', (SELECT count(*) FROM fc))
+                              'flow_claim', (SELECT count(*) FROM fc),
+                              'breaker_bucket', (SELECT count(*) FROM b))
       INTO v_counts;
     RETURN v_counts;
 END

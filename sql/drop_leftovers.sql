@@ -21,14 +21,17 @@ CREATE FUNCTION pg_temp.leave_rows(q text) RETURNS void LANGUAGE sql AS $$
     INSERT INTO queue.failure_log (queue_name, item_id, kind) VALUES (q, 1, 'transient');
     INSERT INTO queue.dedup_done (queue_name, dedup_key, item_id, completed_at) VALUES (q, 'k', 1, now());
     INSERT INTO queue.events (queue_name, kind) VALUES (q, 'failed');
+    INSERT INTO queue.breaker_bucket (queue_name, bucket_start, stripe, failed)
+    VALUES (q, date_bin('10 s', now(), 'epoch'), 1, 1);
 $$;
 CREATE FUNCTION pg_temp.rows_of(q text) RETURNS text LANGUAGE sql AS $$
-    SELECT format('live %s, history %s, dead %s, failures %s, dedup %s, events %s',
+    SELECT format('live %s, history %s, dead %s, failures %s, dedup %s, breaker buckets %s, events %s',
                   (SELECT count(*) FROM queue.item_live WHERE queue_name = q),
                   (SELECT count(*) FROM queue.item_done WHERE queue_name = q),
                   (SELECT count(*) FROM queue.dead_letters WHERE queue_name = q),
                   (SELECT count(*) FROM queue.failure_log WHERE queue_name = q),
                   (SELECT count(*) FROM queue.dedup_done WHERE queue_name = q),
+                  (SELECT count(*) FROM queue.breaker_bucket WHERE queue_name = q),
                   (SELECT string_agg(kind, ',' ORDER BY event_id) FROM queue.events WHERE queue_name = q))
 $$;
 

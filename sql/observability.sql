@@ -129,12 +129,19 @@ INSERT INTO queue.failure_log (queue_name, item_id, kind, error_code, at)
 SELECT 'o_rate', g, 'transient', 'ERP_TIMEOUT', now() - interval '1 min' FROM generate_series(1, 2) g;
 INSERT INTO queue.item_done (queue_name, item_id, payload, attempts, enqueued_at, claimed_at, completed_at)
 VALUES ('o_rate', nextval('queue.item_id_seq'), '{}', 1, now(), now(), now());
+-- (and their running counts for the breaker, as fail() and complete() keep them)
+INSERT INTO queue.breaker_bucket (queue_name, bucket_start, stripe, succeeded, failed)
+VALUES ('o_rate', date_bin('10 s', now() - interval '1 min', 'epoch'), 0, 0, 2),
+       ('o_rate', date_bin('10 s', now(), 'epoch'), 0, 1, 0);
 SELECT * FROM queue.health('o_rate');
 INSERT INTO queue.item_done (queue_name, item_id, payload, attempts, enqueued_at, claimed_at, completed_at)
 VALUES ('o_rate', nextval('queue.item_id_seq'), '{}', 1, now(), now(), now());
+UPDATE queue.breaker_bucket SET succeeded = succeeded + 1 WHERE queue_name = 'o_rate' AND succeeded > 0;
 SELECT * FROM queue.health('o_rate');
 -- failures older than breaker_window do not count
 UPDATE queue.failure_log SET at = now() - interval '11 min' WHERE queue_name = 'o_rate';
+UPDATE queue.breaker_bucket SET bucket_start = bucket_start - interval '10 min'
+ WHERE queue_name = 'o_rate' AND failed > 0;
 SELECT * FROM queue.health('o_rate');
 
 -- case: health() without an argument: one row per readable queue; errors as stats

@@ -62,6 +62,9 @@ INSERT INTO queue.item_done (queue_name, item_id, payload, attempts, enqueued_at
 SELECT 'rt_short', 200000 + g, '{}', 1, now() - interval '6 min', now() - interval '6 min',
        now() - interval '5 min'
   FROM generate_series(1, 10) g;
+-- (and their running count for the breaker, as complete() keeps it)
+INSERT INTO queue.breaker_bucket (queue_name, bucket_start, stripe, succeeded)
+VALUES ('rt_short', date_bin('10 s', now() - interval '5 min', 'epoch'), 0, 10);
 CALL queue.run_sweep();
 SELECT count(*) AS history_kept FROM queue.item_done WHERE queue_name = 'rt_short';
 SELECT processed_1h FROM queue.stats('rt_short');

@@ -380,6 +380,7 @@ queue_complete(PG_FUNCTION_ARGS)
 		}
 		log_completion(queue_name, cfg.audit, DatumGetInt64(values[1]), worker, attempts,
 					   cancel_requested);
+		queue_breaker_count(&cfg, values[0], 1, 0);
 		queue_breaker_outcome(&cfg, values[0], DatumGetInt64(values[1]), true);
 		if (worker != NULL)
 			queue_worker_alive(CStringGetTextDatum(worker));
@@ -588,6 +589,7 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 	}
 	qsort(alive, nalive, sizeof(char *), pg_qsort_strcmp);
 
+	queue_breaker_count(&cfg, values[0], ndone, 0);
 	if (ndone > 0 && (cfg.has_dedup_window || cfg.audit == 'a' || cfg.breaker_state == 'p'))
 	{
 				Datum	   *done_ids = palloc(sizeof(Datum) * ndone);
@@ -755,6 +757,7 @@ queue_fail(PG_FUNCTION_ARGS)
 		fv[6] = PG_GETARG_DATUM(3);
 		queue_spi_exec(queue_prepare_cached(&failure_log_plan, FAILURE_LOG_SQL, 7, ft),
 					   fv, fn, false, 0, SPI_OK_INSERT, "recording failure");
+		queue_breaker_count(&cfg, values[0], 0, 1);
 	}
 	{
 		char	   *code = PG_ARGISNULL(4) ? NULL : TextDatumGetCString(PG_GETARG_DATUM(4));

@@ -22,6 +22,13 @@
  * row selected FOR UPDATE SKIP LOCKED, so of racing dequeuers exactly one
  * wins and the others return no rows without waiting.
  *
+ * Outcomes are counted as they happen, in queue.breaker_bucket: one row
+ * per queue, 10-second bucket and backend (its BackendId, unique among
+ * the backends alive at a time), so the trip rule sums a few small rows
+ * instead of counting the window's history.  A backend only ever updates
+ * its own rows: completers of one queue never wait for each other, and no
+ * lock order with the breaker lock can arise.
+ *
  * src/breaker.c
  *
  *-------------------------------------------------------------------------
@@ -29,6 +36,7 @@
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include "storage/backendid.h"
 #include "utils/timestamp.h"
 
 #include "queue.h"
@@ -39,6 +47,9 @@ static SPIPlanPtr probe_undo_plan = NULL;
 static SPIPlanPtr probe_done_plan = NULL;
 static SPIPlanPtr probe_back_plan = NULL;
 static SPIPlanPtr check_plan = NULL;
+static SPIPlanPtr count_plan = NULL;
+
+PG_FUNCTION_INFO_V1(queue_breaker_count_sql);
 
 /* half-open: the first dequeue after the cooldown becomes the probe */
 #define PROBE_SQL \
@@ -73,6 +84,15 @@ static SPIPlanPtr check_plan = NULL;
 
 #define CHECK_SQL \
 	"SELECT queue._breaker_check($1)"
+
+/* this backend's running count of the current bucket (25_breaker.sql) */
+#define COUNT_SQL \
+	"INSERT INTO queue.breaker_bucket AS b (queue_name, bucket_start, stripe, succeeded, failed) " \
+	"VALUES ($1, pg_catalog.date_bin('10 s'::pg_catalog.interval, pg_catalog.now(), " \
+	"                               'epoch'::pg_catalog.timestamptz), $2, $3, $4) " \
+	"ON CONFLICT (queue_name, bucket_start, stripe) DO UPDATE " \
+	"   SET succeeded = b.succeeded" OP("+") "EXCLUDED.succeeded, " \
+	"       failed = b.failed" OP("+") "EXCLUDED.failed"
 
 /*
  * queue_breaker_gate
@@ -120,6 +140,60 @@ queue_breaker_probe_claimed(Datum qname, int64 probe_id, TimestampTz expiry)
 	else
 		queue_spi_exec(queue_prepare_cached(&probe_undo_plan, PROBE_UNDO_SQL, 1, t),
 					   v, NULL, false, 0, SPI_OK_UPDATE, "resetting breaker probe");
+}
+
+/*
+ * count_outcomes
+ *		Adds outcomes to this backend's row of the current bucket.  Inside
+ *		an SPI connection.
+ */
+static void
+count_outcomes(Datum qname, int64 succeeded, int64 failed)
+{
+	Oid			t[4] = {TEXTOID, INT4OID, INT8OID, INT8OID};
+	Datum		v[4];
+
+	v[0] = qname;
+	v[1] = Int32GetDatum(MyBackendId);
+	v[2] = Int64GetDatum(succeeded);
+	v[3] = Int64GetDatum(failed);
+	queue_spi_exec(queue_prepare_cached(&count_plan, COUNT_SQL, 4, t),
+				   v, NULL, false, 0, SPI_OK_INSERT, "counting breaker outcomes");
+}
+
+/*
+ * queue_breaker_count
+ *		Items completed (succeeded) or attempts failed, counted for the trip
+ *		rule while the queue has a breaker.  Called before the outcome is
+ *		reported (queue_breaker_outcome), so that a probe's success is
+ *		counted before the breaker it closes starts counting afresh.  A
+ *		database still on 0.1.0's tables counts nothing.
+ */
+void
+queue_breaker_count(const QueueConfig *cfg, Datum qname, int64 succeeded, int64 failed)
+{
+	if (!cfg->has_breaker || (succeeded == 0 && failed == 0) || !queue_schema_current())
+		return;
+	count_outcomes(qname, succeeded, failed);
+}
+
+/*
+ * queue._breaker_count(queue_name text, succeeded bigint, failed bigint)
+ *		returns void
+ *
+ * The same count for the SQL paths (lost leases, offline recovery); the
+ * caller knows that the queue has a breaker.
+ */
+Datum
+queue_breaker_count_sql(PG_FUNCTION_ARGS)
+{
+	queue_check_not_null(PG_ARGISNULL(0), "queue_name");
+	queue_check_not_null(PG_ARGISNULL(1), "succeeded");
+	queue_check_not_null(PG_ARGISNULL(2), "failed");
+	queue_spi_connect();
+	count_outcomes(PG_GETARG_DATUM(0), PG_GETARG_INT64(1), PG_GETARG_INT64(2));
+	queue_spi_finish();
+	PG_RETURN_VOID();
 }
 
 /*

@@ -237,6 +237,8 @@ extern void queue_breaker_probe_claimed(Datum qname, int64 probe_id, TimestampTz
 extern void queue_breaker_outcome(const QueueConfig *cfg, Datum qname, int64 item_id,
 								  bool success);
 extern void queue_breaker_released(const QueueConfig *cfg, Datum qname, int64 item_id);
+extern void queue_breaker_count(const QueueConfig *cfg, Datum qname, int64 succeeded,
+								int64 failed);
 
 /* flow.c */
 extern int	flow_open_lanes(Datum qname, int max, FlowLane **lanes);

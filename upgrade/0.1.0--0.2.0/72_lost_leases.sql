@@ -161,7 +161,9 @@ BEGIN
     purged := queue._retention(p_queue, v_batch);
 
     -- Breaker: an open breaker pauses the queue; a closed one may trip on
-    -- failures that arrived without a fail() call (lost leases).
+    -- failures that arrived without a fail() call (lost leases).  Its
+    -- buckets older than the window go.
+    PERFORM queue._breaker_prune(p_queue);
     PERFORM queue._breaker_check(p_queue);
 
     PERFORM queue._sweep_alerts(p_queue);
