@@ -42,6 +42,40 @@ CREATE FUNCTION queue._say_duration(p interval) RETURNS text
 $$;
 COMMENT ON FUNCTION queue._say_duration(interval) IS 'A duration as HH:MM:SS, independent of IntervalStyle';
 
+-- The worker_offline check of each queue reads only the workers that
+-- could have gone offline since its previous check: those whose last sign
+-- of life fell between that check's cutoff and this one's (the index on
+-- last_seen), and those its alert named then (by primary key), never
+-- every worker ever seen.  checked_until is where the next check's range
+-- starts: the cutoff, or the start of the oldest transaction still open
+-- when that is earlier, since an open transaction may still write a
+-- last_seen of its start time.  workers are the offline workers the check
+-- found, read again by the next check (back online, forgotten, or past
+-- the day their items count).
+CREATE INDEX worker_registry_last_seen_idx ON queue.worker_registry (last_seen);
+CREATE TABLE queue.offline_check (
+    queue_name    text        NOT NULL PRIMARY KEY,
+    checked_until timestamptz NOT NULL,
+    workers       text[]      NOT NULL DEFAULT '{}'
+);
+COMMENT ON TABLE queue.offline_check
+    IS 'Per queue: where the next worker_offline check starts, and the offline workers the last one found';
+
+-- The start of the oldest transaction open in this database (but the
+-- caller's and autovacuum's), or now() when none is older: rows stamped
+-- with now() before it are all visible, none stamped earlier can come.
+CREATE FUNCTION queue._open_since()
+RETURNS timestamptz LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT least(now(), min(a.xact_start))
+      FROM pg_catalog.pg_stat_activity a
+     WHERE a.datname OPERATOR(pg_catalog.=) current_database()
+       AND a.pid OPERATOR(pg_catalog.<>) pg_backend_pid()
+       AND a.xact_start IS NOT NULL
+       AND a.backend_type NOT IN ('autovacuum worker', 'autovacuum launcher')
+$$;
+COMMENT ON FUNCTION queue._open_since() IS 'Start of the oldest other transaction open in this database, or now()';
+
 -- Alerts of one queue: raise what holds, clear what no longer does.
 CREATE FUNCTION queue._sweep_alerts(p_queue text)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -55,6 +89,9 @@ DECLARE
     v_workers text[];
     v_kinds text[];
     v_rule record;
+    v_cutoff timestamptz := now() - make_interval(secs => queue._worker_offline_after());
+    v_checked_until timestamptz;
+    v_offline text[];
 BEGIN
     SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
     IF NOT FOUND THEN
@@ -93,15 +130,30 @@ BEGIN
     END IF;
 
     -- worker_offline: an offline worker held one of the queue's items in
-    -- the last day (holds one now, or failed or lost one since)
+    -- the last day (holds one now, or failed or lost one since).  Read:
+    -- the workers offline at the previous check, and those whose last
+    -- sign of life fell after its range (see offline_check above); a
+    -- worker that held nothing of the queue when it went offline cannot
+    -- come to hold anything later.
+    SELECT o.checked_until, o.workers INTO v_checked_until, v_offline
+      FROM queue.offline_check o WHERE o.queue_name = p_queue;
     SELECT array_agg(w.worker ORDER BY w.worker) INTO v_workers
-      FROM queue.worker_registry w
-     WHERE w.last_seen < now() - make_interval(secs => queue._worker_offline_after())
+      FROM (SELECT x.worker, x.last_seen FROM queue.worker_registry x
+             WHERE x.worker = ANY (v_offline)
+            UNION
+            SELECT x.worker, x.last_seen FROM queue.worker_registry x
+             WHERE x.last_seen >= coalesce(v_checked_until, '-infinity')
+               AND x.last_seen < v_cutoff) w
+     WHERE w.last_seen < v_cutoff
        AND (EXISTS (SELECT 1 FROM queue.item_live i
                      WHERE i.queue_name = p_queue AND i.worker = w.worker)
             OR EXISTS (SELECT 1 FROM queue.failure_log f
                         WHERE f.queue_name = p_queue AND f.at > now() - interval '1 day'
                           AND f.worker = w.worker));
+    INSERT INTO queue.offline_check AS o (queue_name, checked_until, workers)
+    VALUES (p_queue, least(v_cutoff, queue._open_since()), coalesce(v_workers, '{}'))
+    ON CONFLICT ON CONSTRAINT offline_check_pkey DO UPDATE
+       SET checked_until = EXCLUDED.checked_until, workers = EXCLUDED.workers;
     IF v_workers IS NOT NULL THEN
         -- a scale-down may take hundreds of bots offline at once: the
         -- message names ten, the details a hundred, and both say how many

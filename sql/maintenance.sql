@@ -163,6 +163,10 @@ SELECT kind, message FROM queue.alerts
 -- case: worker_offline: an offline worker held one of the queue's items; sweep
 -- recovers the item (recovered) and clears the alert once the worker is back
 UPDATE queue.worker_registry SET last_seen = now() - interval '1 h' WHERE worker = 'w-slow';
+-- (and the queue's previous offline check an hour earlier too, as if that
+-- hour had passed: the check reads the signs of life since then)
+UPDATE queue.offline_check SET checked_until = checked_until - interval '1 h'
+ WHERE queue_name = 'm_alert';
 SELECT recovered FROM queue.sweep() WHERE queue_name = 'm_alert';
 SELECT kind, message, details FROM queue.alerts
  WHERE queue_name = 'm_alert' AND kind = 'worker_offline' AND cleared_at IS NULL;

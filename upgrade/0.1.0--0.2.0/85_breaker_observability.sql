@@ -261,6 +261,9 @@ DECLARE
     v_workers text[];
     v_kinds text[];
     v_rule record;
+    v_cutoff timestamptz := now() - make_interval(secs => queue._worker_offline_after());
+    v_checked_until timestamptz;
+    v_offline text[];
 BEGIN
     SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
     IF NOT FOUND THEN
@@ -299,15 +302,30 @@ BEGIN
     END IF;
 
     -- worker_offline: an offline worker held one of the queue's items in
-    -- the last day (holds one now, or failed or lost one since)
+    -- the last day (holds one now, or failed or lost one since).  Read:
+    -- the workers offline at the previous check, and those whose last
+    -- sign of life fell after its range (see offline_check above); a
+    -- worker that held nothing of the queue when it went offline cannot
+    -- come to hold anything later.
+    SELECT o.checked_until, o.workers INTO v_checked_until, v_offline
+      FROM queue.offline_check o WHERE o.queue_name = p_queue;
     SELECT array_agg(w.worker ORDER BY w.worker) INTO v_workers
-      FROM queue.worker_registry w
-     WHERE w.last_seen < now() - make_interval(secs => queue._worker_offline_after())
+      FROM (SELECT x.worker, x.last_seen FROM queue.worker_registry x
+             WHERE x.worker = ANY (v_offline)
+            UNION
+            SELECT x.worker, x.last_seen FROM queue.worker_registry x
+             WHERE x.last_seen >= coalesce(v_checked_until, '-infinity')
+               AND x.last_seen < v_cutoff) w
+     WHERE w.last_seen < v_cutoff
        AND (EXISTS (SELECT 1 FROM queue.item_live i
                      WHERE i.queue_name = p_queue AND i.worker = w.worker)
             OR EXISTS (SELECT 1 FROM queue.failure_log f
                         WHERE f.queue_name = p_queue AND f.at > now() - interval '1 day'
                           AND f.worker = w.worker));
+    INSERT INTO queue.offline_check AS o (queue_name, checked_until, workers)
+    VALUES (p_queue, least(v_cutoff, queue._open_since()), coalesce(v_workers, '{}'))
+    ON CONFLICT ON CONSTRAINT offline_check_pkey DO UPDATE
+       SET checked_until = EXCLUDED.checked_until, workers = EXCLUDED.workers;
     IF v_workers IS NOT NULL THEN
         -- a scale-down may take hundreds of bots offline at once: the
         -- message names ten, the details a hundred, and both say how many
