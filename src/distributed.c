@@ -95,6 +95,24 @@ queue_citus_loaded(void)
 }
 
 /*
+ * queue_citus_seen_usecs
+ *		How old a worker's last_seen may grow under Citus before a call of
+ *		the worker writes it: a quarter of queue.worker_offline_after, at
+ *		most CITUS_SEEN_MAX_USECS.  worker_registry is a reference table:
+ *		each write is a two-phase commit on every node under an exclusive
+ *		lock of its shard there, which serialises all such writes of the
+ *		cluster (measured: at every 5 s per worker name, 16 busy bots spent
+ *		seconds waiting for each other).
+ */
+#define CITUS_SEEN_MAX_USECS (30 * USECS_PER_SEC)
+
+int64
+queue_citus_seen_usecs(void)
+{
+	return Min(CITUS_SEEN_MAX_USECS, (int64) queue_worker_offline_after * USECS_PER_SEC / 4);
+}
+
+/*
  * queue_claim_token
  *		A fresh lease token for one claim statement under Citus.
  *

@@ -189,6 +189,7 @@ extern void queue_spi_exec_fixed(SPIPlanPtr plan, Datum *values, const char *nul
 /* distributed.c */
 extern bool queue_citus_loaded(void);
 extern int64 queue_claim_token(void);
+extern int64 queue_citus_seen_usecs(void);
 extern void queue_citus_complete(Datum *values, const char *nulls, bool batch);
 extern void queue_citus_claim(Datum *values, const char *nulls, bool lane, Datum lane_key,
 							  bool hinted, int32 hint_priority, TimestampTz hint_since);

@@ -16,7 +16,7 @@
  * Under Citus worker_registry is a reference table: any UPDATE of it, even
  * one that changes no row, is a two-phase commit on every node, so there
  * the row is read first (the node's own copy) and written only when its
- * last_seen is CITUS_SIGN_OF_LIFE_USECS old, as dequeue refreshes it.
+ * last_seen is queue_citus_seen_usecs() old, as dequeue refreshes it.
  *
  * Connections.  queue._session_key() names this backend's connection.
  * dequeue, extend_lease and checkpoint store it in item_live.lease_session;
@@ -58,7 +58,6 @@ PG_FUNCTION_INFO_V1(queue_session_key_sql);
 
 /* last_seen is rewritten by a sign of life at most this often. */
 #define SIGN_OF_LIFE_USECS (1 * USECS_PER_SEC)
-#define CITUS_SIGN_OF_LIFE_USECS (5 * USECS_PER_SEC)
 
 static SPIPlanPtr alive_plan = NULL;
 static SPIPlanPtr stale_plan = NULL;
@@ -146,7 +145,7 @@ queue_worker_alive(Datum worker)
 	values[1] = IntervalPGetDatum(&every);
 	if (queue_citus_loaded())
 	{
-		every.time = CITUS_SIGN_OF_LIFE_USECS;
+		every.time = queue_citus_seen_usecs();
 		queue_spi_exec(queue_prepare_cached(&stale_plan, STALE_SQL, 2, argtypes),
 					   values, NULL, false, 1, SPI_OK_SELECT, "reading a sign of life");
 		if (SPI_processed == 0)

@@ -149,7 +149,7 @@ t
 one_node() {
 	local q=$1 sql=$2 name=$3 node sent nodes
 	node=$(queue_node "$q" 2>/dev/null)
-	# a sign of life older than 5 s is written to worker_registry, a
+	# a sign of life older than 30 s is written to worker_registry, a
 	# reference table, on every node: keep the bot's fresh
 	cpsql -c "SET client_min_messages = warning" -c "SELECT queue.heartbeat('ss-bot')" >/dev/null 2>&1
 	sent=$(cpsql -c "SET client_min_messages = notice" -c "$sql" 2>&1 >/dev/null)
