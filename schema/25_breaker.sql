@@ -109,12 +109,15 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_n bigint;
+    v_before timestamptz;
 BEGIN
+    -- the cut as a value: Citus refuses now() less a column in a write
+    SELECT CASE WHEN c.breaker_threshold IS NULL THEN 'infinity'::timestamptz
+                ELSE now() - c.breaker_window - interval '10 s' END
+      INTO v_before
+      FROM queue.queue_config c WHERE c.queue_name = p_queue;
     DELETE FROM queue.breaker_bucket b
-     USING queue.queue_config c
-     WHERE b.queue_name = p_queue AND c.queue_name = p_queue
-       AND (c.breaker_threshold IS NULL
-            OR b.bucket_start < now() - c.breaker_window - interval '10 s');
+     WHERE b.queue_name = p_queue AND b.bucket_start < v_before;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n;
 END

@@ -45,12 +45,21 @@ citus_start() {
 	CITUS_DIRS=()
 	WORKER_PORTS=()
 	COORD_PORT=$(citus_free_port $next) || return 1
-	citus_node_start "$BASE/coord" "$COORD_PORT" || return 1
+	until citus_node_start "$BASE/coord" "$COORD_PORT" >"$BASE/coord.start.log" 2>&1; do
+		grep -q "Address already in use" "$BASE/coord.log" 2>/dev/null || { cat "$BASE/coord.start.log"; return 1; }
+		rm -rf "$BASE/coord" "$BASE/coord.log"
+		COORD_PORT=$(citus_free_port $((COORD_PORT + 1))) || return 1
+	done
 	CITUS_DIRS+=("$BASE/coord")
 	next=$((COORD_PORT + 1))
 	for i in $(seq 1 "$n"); do
 		p=$(citus_free_port $next) || return 1
-		citus_node_start "$BASE/worker$i" "$p" || return 1
+		# a port found free may be taken before the node binds it: the next one
+		until citus_node_start "$BASE/worker$i" "$p" >"$BASE/worker$i.start.log" 2>&1; do
+			grep -q "Address already in use" "$BASE/worker$i.log" 2>/dev/null || { cat "$BASE/worker$i.start.log"; return 1; }
+			rm -rf "$BASE/worker$i" "$BASE/worker$i.log"
+			p=$(citus_free_port $((p + 1))) || return 1
+		done
 		CITUS_DIRS+=("$BASE/worker$i")
 		WORKER_PORTS+=("$p")
 		next=$((p + 1))
