@@ -176,7 +176,8 @@ DECLARE
         'stats(text)',
         'health(text)',
         'prometheus()',
-        'desired_workers(text, integer)'];
+        'desired_workers(text, integer)',
+        'alert_channel(text)'];
     v_producer text[] := ARRAY[
         -- add work
         'enqueue(text, jsonb, integer, timestamp with time zone, text, timestamp with time zone, integer, text, text, text, text[])',

@@ -2,8 +2,9 @@
 #
 # LISTEN as a wake-up: committing an enqueue notifies queue_<name> (only
 # with notify on, only at commit), and every new alert raised by sweep
-# notifies queue_alerts with its row as JSON (bounded); an alert that stays
-# open is not announced again.
+# notifies queue_alerts with its row as JSON (bounded), and the queue's own
+# channel (alert_channel) with the same row; an alert that stays open is not
+# announced again.
 
 use strict;
 use warnings FATAL => 'all';
@@ -28,6 +29,10 @@ my $listener = $node->background_psql('postgres');
 $listener->query_safe('LISTEN queue_loud');
 $listener->query_safe('LISTEN queue_quiet');
 $listener->query_safe('LISTEN queue_alerts');
+my $loud_alerts = $node->safe_psql('postgres', q{SELECT queue.alert_channel('loud')});
+my $quiet_alerts = $node->safe_psql('postgres', q{SELECT queue.alert_channel('quiet')});
+$listener->query_safe(qq{LISTEN "$loud_alerts"});
+$listener->query_safe(qq{LISTEN "$quiet_alerts"});
 
 # Everything the listener has been told since the last call.
 sub notifications
@@ -72,8 +77,13 @@ VALUES ('loud', nextval('queue.item_id_seq'), '{}', 1, now(), now(), now());
 UPDATE queue.item_live SET visible_at = now() - interval '6 min' WHERE queue_name = 'loud';
 SELECT count(*) FROM queue.sweep();
 });
-@n = grep { $_->[0] eq 'queue_alerts' } notifications();
+my @all = notifications();
+@n = grep { $_->[0] eq 'queue_alerts' } @all;
 is(scalar(@n), 1, 'a new alert notifies queue_alerts once');
+my @own = grep { $_->[0] eq $loud_alerts } @all;
+is(scalar(@own), 1, "and the queue's own channel once");
+is($own[0][1], $n[0][1], '... with the same row');
+is(scalar(grep { $_->[0] eq $quiet_alerts } @all), 0, "another queue's channel hears nothing");
 my $alert = eval { decode_json($n[0][1]) } // {};
 is($alert->{queue_name}, 'loud', 'the payload names the alert as JSON: queue_name');
 is($alert->{kind}, 'sla_warning', '... kind');
@@ -86,8 +96,10 @@ is($alert->{alert_id},
 	'... the id of the open alert');
 
 $node->safe_psql('postgres', q{SELECT count(*) FROM queue.sweep()});
-is(scalar(grep { $_->[0] eq 'queue_alerts' } notifications()), 0,
+@all = notifications();
+is(scalar(grep { $_->[0] eq 'queue_alerts' } @all), 0,
 	'an alert that stays open is not announced again');
+is(scalar(grep { $_->[0] eq $loud_alerts } @all), 0, '... on either channel');
 
 $node->safe_psql('postgres', q{
 UPDATE queue.item_live SET visible_at = now() - interval '9 min' WHERE queue_name = 'loud';

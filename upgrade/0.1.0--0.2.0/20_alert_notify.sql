@@ -21,6 +21,7 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     v_row queue.alerts;
     v_payload text;
+    v_channel text;
 BEGIN
     INSERT INTO queue.alerts (queue_name, kind, message, details)
     VALUES (p_queue, p_kind, queue._excerpt(p_message, 1000), coalesce(p_details, '{}'))
@@ -36,8 +37,14 @@ BEGIN
         v_payload := pg_catalog.row_to_json(v_row)::text;
     END IF;
     PERFORM pg_notify('queue_alerts', v_payload);
+    -- and on the queue's own channel, once a reader asked for it
+    -- (alert_channel, 80_observability.sql)
+    SELECT a.channel INTO v_channel FROM queue.alert_channels a WHERE a.queue_name = p_queue;
+    IF v_channel IS NOT NULL THEN
+        PERFORM pg_notify(v_channel, v_payload);
+    END IF;
     RETURN true;
 END
 $$;
-COMMENT ON FUNCTION queue._raise_alert(text, text, text, jsonb) IS 'Raises an alert unless one of its kind is open; NOTIFY queue_alerts with its row as JSON, bounded';
+COMMENT ON FUNCTION queue._raise_alert(text, text, text, jsonb) IS 'Raises an alert unless one of its kind is open; NOTIFY queue_alerts and the queue''s own channel with its row as JSON, bounded';
 

@@ -29,7 +29,8 @@ BEGIN
          fl AS (DELETE FROM queue.flow_limit f WHERE f.queue_name = p_queue RETURNING 1),
          fc AS (DELETE FROM queue.flow_claim f WHERE f.queue_name = p_queue RETURNING 1),
          b AS (DELETE FROM queue.breaker_bucket b WHERE b.queue_name = p_queue RETURNING 1),
-         o AS (DELETE FROM queue.offline_check o WHERE o.queue_name = p_queue RETURNING 1)
+         o AS (DELETE FROM queue.offline_check o WHERE o.queue_name = p_queue RETURNING 1),
+         n AS (DELETE FROM queue.alert_channels n WHERE n.queue_name = p_queue RETURNING 1)
     SELECT jsonb_build_object('item_live', (SELECT count(*) FROM l),
                               'item_done', (SELECT count(*) FROM h),
                               'dead_letters', (SELECT count(*) FROM x),
@@ -44,7 +45,8 @@ BEGIN
                               'flow_limit', (SELECT count(*) FROM fl),
                               'flow_claim', (SELECT count(*) FROM fc),
                               'breaker_bucket', (SELECT count(*) FROM b),
-                              'offline_check', (SELECT count(*) FROM o))
+                              'offline_check', (SELECT count(*) FROM o),
+                              'alert_channels', (SELECT count(*) FROM n))
       INTO v_counts;
     RETURN v_counts;
 END
