@@ -81,6 +81,20 @@ queue_item_lookup_init(void)
 	CacheRegisterRelcacheCallback(item_live_relcache_callback, (Datum) 0);
 }
 
+/* The OID of relation `name` of schema queue, kept in *cache. */
+static Oid
+kept_relid(const char *name, Oid *cache)
+{
+	if (!OidIsValid(*cache))
+	{
+		Oid			nsp = get_namespace_oid("queue", true);
+
+		if (OidIsValid(nsp))
+			*cache = get_relname_relid(name, nsp);
+	}
+	return *cache;
+}
+
 /*
  * queue_item_live_oid
  *		queue.item_live's OID (InvalidOid when it is missing), looked up by
@@ -90,28 +104,14 @@ queue_item_lookup_init(void)
 Oid
 queue_item_live_oid(void)
 {
-	if (!OidIsValid(item_live_relid))
-	{
-		Oid			nsp = get_namespace_oid("queue", true);
-
-		if (OidIsValid(nsp))
-			item_live_relid = get_relname_relid("item_live", nsp);
-	}
-	return item_live_relid;
+	return kept_relid("item_live", &item_live_relid);
 }
 
 /* queue.item_live_claim_idx's OID, kept like queue_item_live_oid's. */
 Oid
 queue_claim_index_oid(void)
 {
-	if (!OidIsValid(claim_index_relid))
-	{
-		Oid			nsp = get_namespace_oid("queue", true);
-
-		if (OidIsValid(nsp))
-			claim_index_relid = get_relname_relid("item_live_claim_idx", nsp);
-	}
-	return claim_index_relid;
+	return kept_relid("item_live_claim_idx", &claim_index_relid);
 }
 
 /* An open lookup: item_live, its primary key and a scan of it. */
