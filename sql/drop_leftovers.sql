@@ -69,6 +69,20 @@ UPDATE queue.events SET at = now() - interval '8 days' WHERE queue_name = 'lo_go
 SELECT count(*) FROM queue.sweep();
 SELECT pg_temp.rows_of('lo_gone');
 
+-- case: a dropped queue whose only leftovers are its breaker counts, its
+-- offline-check bookmark and its alert channel: sweep finds the queue by
+-- its queue_dropped event (kept 7 days) and removes them too
+SELECT queue.create_queue('lo_small');
+SELECT queue.drop_queue('lo_small');
+INSERT INTO queue.breaker_bucket (queue_name, bucket_start, stripe, failed)
+VALUES ('lo_small', date_bin('10 s', now(), 'epoch'), 1, 1);
+INSERT INTO queue.offline_check (queue_name, checked_until) VALUES ('lo_small', now());
+INSERT INTO queue.alert_channels (queue_name, channel) VALUES ('lo_small', 'queue_alerts_x');
+SELECT count(*) FROM queue.sweep();
+SELECT (SELECT count(*) FROM queue.breaker_bucket WHERE queue_name = 'lo_small') AS buckets,
+       (SELECT count(*) FROM queue.offline_check WHERE queue_name = 'lo_small') AS bookmarks,
+       (SELECT count(*) FROM queue.alert_channels WHERE queue_name = 'lo_small') AS channels;
+
 -- case: the other queues' rows are untouched by the sweep of leftovers
 SELECT queue.create_queue('lo_kept');
 SELECT count(*) FROM queue.enqueue_batch('lo_kept', array_fill('{}'::jsonb, ARRAY[3]));
