@@ -28,8 +28,11 @@ BINDIR=$($PG_CONFIG --bindir)
 
 if [ "$(id -u)" = 0 ]; then
 	[ -x "$WORKER" ] && [ -x "$TOP" ] || make -s -C "$REPO" tools >/dev/null || exit 1
+	# from a folder postgres may enter (a clone under /root is 0700): every
+	# command it runs would otherwise print "could not change directory"
+	cd / || exit 1
 	exec runuser -u postgres -- env PG_CONFIG="$PG_CONFIG" KEEP_TMP="${KEEP_TMP:-}" \
-		WORKER="$WORKER" TOP="$TOP" SANITIZED="$SANITIZED" bash "$0" "$@"
+		WORKER="$WORKER" TOP="$TOP" SANITIZED="$SANITIZED" bash "$REPO/test/worker/run.sh" "$@"
 fi
 for b in "$WORKER" "$TOP"; do
 	[ -x "$b" ] || { echo "Bail out! $b is not built; run make first"; exit 1; }
