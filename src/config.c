@@ -492,6 +492,29 @@ queue_load_worker(Datum worker, QueueWorkerGates *gates)
 }
 
 /*
+ * queue_worker_seen_since
+ *		Whether the cache knows the worker's last_seen to be at `since` or
+ *		later.  The cache only ever lags behind the table (an update that
+ *		moves last_seen back drops it, see queue._invalidate_cache), so a
+ *		true answer needs no read.
+ */
+bool
+queue_worker_seen_since(Datum worker, TimestampTz since)
+{
+	char	   *name;
+	WorkerEntry *e;
+	bool		found;
+
+	if (worker_cache == NULL)
+		return false;
+	name = TextDatumGetCString(worker);
+	if (strlen(name) >= WORKER_KEYLEN)
+		return false;
+	e = (WorkerEntry *) hash_search(worker_cache, name, HASH_FIND, &found);
+	return found && e->gates.last_seen >= since;
+}
+
+/*
  * queue_worker_seen
  *		Record in the cache that last_seen was just written.
  */

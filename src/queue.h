@@ -213,6 +213,7 @@ extern void queue_lock_queue(const char *queue_name, bool exclusive);
 extern void queue_load_config(const char *queue_name, QueueConfig *cfg);
 extern bool queue_load_worker(Datum worker, QueueWorkerGates *gates);
 extern void queue_worker_seen(Datum worker, TimestampTz when);
+extern bool queue_worker_seen_since(Datum worker, TimestampTz since);
 
 /*
  * Private lock slots of a queue (config.c, queue_lock_private); slot 0 is

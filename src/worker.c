@@ -50,6 +50,7 @@
 #include "nodes/makefuncs.h"
 #include "parser/parse_func.h"
 #include "utils/lsyscache.h"
+#include "access/xact.h"
 #include "utils/timestamp.h"
 
 #include "queue.h"
@@ -131,6 +132,9 @@ queue_session_key_sql(PG_FUNCTION_ARGS)
  * queue_worker_alive
  *		A sign of life of `worker` (text): refresh its last_seen unless it
  *		was refreshed within SIGN_OF_LIFE_USECS.  Inside an SPI connection.
+ *		When this backend's worker cache already knows so, nothing is read:
+ *		a bot that completes item after item pays one statement a second
+ *		for its signs of life, not one per item.
  */
 void
 queue_worker_alive(Datum worker)
@@ -138,9 +142,12 @@ queue_worker_alive(Datum worker)
 	Oid			argtypes[2] = {TEXTOID, INTERVALOID};
 	Datum		values[2];
 	Interval	every;
+	TimestampTz now = GetCurrentStatementStartTimestamp();
 
 	memset(&every, 0, sizeof(every));
 	every.time = SIGN_OF_LIFE_USECS;
+	if (queue_worker_seen_since(worker, now - every.time))
+		return;
 	values[0] = worker;
 	values[1] = IntervalPGetDatum(&every);
 	if (queue_citus_loaded())
@@ -153,4 +160,10 @@ queue_worker_alive(Datum worker)
 	}
 	queue_spi_exec(queue_prepare_cached(&alive_plan, ALIVE_SQL, 2, argtypes),
 				   values, NULL, false, 0, SPI_OK_UPDATE, "recording a sign of life");
+
+	/*
+	 * Written now, or found written within SIGN_OF_LIFE_USECS, or being
+	 * written by another session (its row locked): fresh enough either way.
+	 */
+	queue_worker_seen(worker, now);
 }
