@@ -25,6 +25,7 @@ OBJS = \
 	src/enqueue.o \
 	src/dequeue.o \
 	src/item_lookup.o \
+	src/claim_direct.o \
 	src/ack.o \
 	src/breaker.o \
 	src/worker.o \

@@ -62,7 +62,7 @@
 PG_FUNCTION_INFO_V1(queue_dequeue);
 
 /* Columns of the result, as declared in SQL. */
-#define DEQUEUE_NCOLS 11
+#define DEQUEUE_NCOLS QUEUE_DEQUEUE_NCOLS
 
 /*
  * Claim hints.  A claim leaves an index entry of each row's old version at
@@ -435,6 +435,7 @@ typedef struct ClaimContext
 	TimestampTz probe_expiry;	/* out: its lease's end */
 	int			nburied;		/* items dead-lettered by this call */
 	bool		flow_limits;	/* the queue has limited keys: claim their lanes */
+	bool		direct;			/* may claim without the statement (claim_direct.c) */
 	Datum	   *ids;			/* out: ids claimed so far (for rate records) */
 	int			nids;
 } ClaimContext;
@@ -471,14 +472,9 @@ claim_row_kind(SPITupleTable *tuptable, uint64 row)
  *		lost lease (lost), for the lost-lease records.
  */
 static void
-claim_emit(ClaimContext *ctx, HeapTuple tup, TupleDesc desc, bool lost,
-		   Datum *lost_ids, int *nlost, Datum *ev_ids, Datum *ev_attempts, int *nok)
+claim_emit_values(ClaimContext *ctx, Datum *out, bool *nulls, bool lost,
+				  Datum *lost_ids, int *nlost, Datum *ev_ids, Datum *ev_attempts, int *nok)
 {
-	Datum		out[DEQUEUE_NCOLS];
-	bool		nulls[DEQUEUE_NCOLS];
-
-	for (int c = 0; c < DEQUEUE_NCOLS; c++)
-		out[c] = SPI_getbinval(tup, desc, c + 1, &nulls[c]);
 	tuplestore_putvalues(ctx->rsinfo->setResult, ctx->rsinfo->setDesc, out, nulls);
 	if (lost)
 		lost_ids[(*nlost)++] = out[0];
@@ -491,6 +487,126 @@ claim_emit(ClaimContext *ctx, HeapTuple tup, TupleDesc desc, bool lost,
 		ctx->probe_id = DatumGetInt64(out[0]);
 		ctx->probe_expiry = DatumGetTimestampTz(out[8]);
 	}
+}
+
+/* claim_emit_values for a leased row of the claim statement's result */
+static void
+claim_emit(ClaimContext *ctx, HeapTuple tup, TupleDesc desc, bool lost,
+		   Datum *lost_ids, int *nlost, Datum *ev_ids, Datum *ev_attempts, int *nok)
+{
+	Datum		out[DEQUEUE_NCOLS];
+	bool		nulls[DEQUEUE_NCOLS];
+
+	for (int c = 0; c < DEQUEUE_NCOLS; c++)
+		out[c] = SPI_getbinval(tup, desc, c + 1, &nulls[c]);
+	claim_emit_values(ctx, out, nulls, lost, lost_ids, nlost, ev_ids, ev_attempts, nok);
+}
+
+/* The claimed events of nok items (audit 'all'). */
+static void
+record_claimed(ClaimContext *ctx, Datum *ev_ids, Datum *ev_attempts, int nok)
+{
+	Oid			et[4] = {TEXTOID, TEXTOID, INT8ARRAYOID, INT4ARRAYOID};
+	Datum		ev[4];
+
+	ev[0] = ctx->qname;
+	ev[1] = ctx->worker;
+	ev[2] = PointerGetDatum(construct_array(ev_ids, nok, INT8OID, 8,
+											FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	ev[3] = PointerGetDatum(construct_array(ev_attempts, nok, INT4OID, 4,
+											true, TYPALIGN_INT));
+	queue_spi_exec(queue_prepare_cached(&claimed_event_plan, CLAIMED_EVENT_SQL, 4, et),
+				   ev, NULL, false, 0, SPI_OK_INSERT, "recording events");
+}
+
+/* What claim_direct_round's rows are handed to. */
+typedef struct DirectEmit
+{
+	ClaimContext *ctx;
+	Datum	   *ev_ids;
+	Datum	   *ev_attempts;
+	int			nok;
+} DirectEmit;
+
+static void
+direct_emit(void *arg, Datum *values, bool *nulls)
+{
+	DirectEmit *de = (DirectEmit *) arg;
+
+	claim_emit_values(de->ctx, values, nulls, false, NULL, NULL,
+					  de->ev_ids, de->ev_attempts, &de->nok);
+}
+
+/*
+ * claim_direct_round
+ *		Claim up to `limit` items charged to cap stripe `stripe` (-1: no
+ *		cap) without the claim statement (claim_direct.c), keeping the
+ *		claim hints as claim_round does.  Returns how many were claimed;
+ *		*need_statement is set when a candidate was left to the statement,
+ *		which then claims the rest.
+ */
+static int64
+claim_direct_round(ClaimContext *ctx, int64 limit, int stripe, bool *need_statement)
+{
+	int64		nclaimed = 0;
+	DirectEmit	de;
+
+	de.ctx = ctx;
+	de.ev_ids = palloc(sizeof(Datum) * limit);
+	de.ev_attempts = palloc(sizeof(Datum) * limit);
+	de.nok = 0;
+	*need_statement = false;
+	for (;;)
+	{
+		QueueDirectClaim dc;
+		ClaimHint  *hint = claim_hint_slot(ctx->queue, false);
+		TimestampTz now = GetCurrentTimestamp();
+		bool		hinted = hint != NULL && now < hint->until && now < hint->next_full;
+		int64		entries_before = claim_index_entries(ctx->claim_index);
+		int64		got;
+
+		CHECK_FOR_INTERRUPTS();
+		dc.qname = ctx->qname;
+		dc.worker = ctx->worker;
+		dc.lease = ctx->lease;
+		dc.stripe = stripe;
+		dc.limit = limit - nclaimed;
+		dc.hinted = hinted;
+		dc.hint_priority = hinted ? hint->priority : 0;
+		dc.hint_visible_at = hinted ? hint->visible_at : 0;
+		dc.emit = direct_emit;
+		dc.emit_arg = &de;
+		got = queue_claim_direct(&dc);
+		nclaimed += got;
+
+		/* measure the scan and move the hint, as claim_round does */
+		if (!hinted && queue_claim_hint_threshold >= 0 &&
+			claim_index_entries(ctx->claim_index) - entries_before >
+			got + queue_claim_hint_threshold)
+		{
+			hint = claim_hint_slot(ctx->queue, true);
+			hint->until = now + CLAIM_HINT_USECS;
+		}
+		if (hint != NULL && !hinted)
+			hint->next_full = now + CLAIM_HINT_REFRESH_USECS;
+		if (hint != NULL && dc.has_head)
+		{
+			hint->priority = dc.head_priority;
+			hint->visible_at = dc.head_visible_at;
+		}
+		if (dc.need_statement)
+		{
+			*need_statement = true;
+			break;
+		}
+		/* a short hinted claim looks from the head for the rest */
+		if (nclaimed >= limit || !hinted)
+			break;
+		hint->next_full = 0;
+	}
+	if (ctx->audit == 'a' && de.nok > 0)
+		record_claimed(ctx, de.ev_ids, de.ev_attempts, de.nok);
+	return nclaimed;
 }
 
 /*
@@ -506,6 +622,14 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 	int64		nclaimed = 0;
 	int			nretries = 0;
 
+	if (lane == NULL && ctx->direct)
+	{
+		bool		need_statement;
+
+		nclaimed = claim_direct_round(ctx, limit, stripe, &need_statement);
+		if (!need_statement || nclaimed >= limit)
+			return nclaimed;
+	}
 	for (;;)
 	{
 		Oid			argtypes[7] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, INT2OID,
@@ -669,19 +793,7 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 						   lv, NULL, false, 0, SPI_OK_SELECT, "recording lost leases");
 		}
 		if (ctx->audit == 'a' && nok > 0)
-		{
-			Oid			et[4] = {TEXTOID, TEXTOID, INT8ARRAYOID, INT4ARRAYOID};
-			Datum		ev[4];
-
-			ev[0] = ctx->qname;
-			ev[1] = ctx->worker;
-			ev[2] = PointerGetDatum(construct_array(ev_ids, nok, INT8OID, 8,
-													FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-			ev[3] = PointerGetDatum(construct_array(ev_attempts, nok, INT4OID, 4,
-													true, TYPALIGN_INT));
-			queue_spi_exec(queue_prepare_cached(&claimed_event_plan, CLAIMED_EVENT_SQL, 4, et),
-						   ev, NULL, false, 0, SPI_OK_INSERT, "recording events");
-		}
+			record_claimed(ctx, ev_ids, ev_attempts, nok);
 
 		/*
 		 * Buried rows cost us part of the batch: claim again for them, as
@@ -839,6 +951,7 @@ queue_dequeue(PG_FUNCTION_ARGS)
 	ctx.probe_expiry = 0;
 	ctx.nburied = 0;
 	ctx.flow_limits = cfg.flow_limits;
+	ctx.direct = ctx.current_schema && !queue_citus_loaded() && queue_claim_direct_possible();
 	ctx.ids = (Datum *) palloc(sizeof(Datum) * Max(want, 1));
 	ctx.nids = 0;
 	if (want == 0)

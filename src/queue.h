@@ -138,6 +138,7 @@ typedef struct QueueWorkerGates
  * are parked at a fixed visible_at.  Both must match the SQL side.
  */
 #define FLOW_BAND		"100000"
+#define QUEUE_FLOW_BAND	100000	/* FLOW_BAND as a number */
 #define FLOW_PARKED		"294276-12-31 00:00:00+00"
 
 /* One limited key (or the queue-wide rate) during a dequeue. */
@@ -214,6 +215,33 @@ extern void queue_load_config(const char *queue_name, QueueConfig *cfg);
 extern bool queue_load_worker(Datum worker, QueueWorkerGates *gates);
 extern void queue_worker_seen(Datum worker, TimestampTz when);
 extern bool queue_worker_seen_since(Datum worker, TimestampTz since);
+
+/* claim_direct.c: the common claim without a statement */
+#define QUEUE_DEQUEUE_NCOLS 11	/* columns of dequeue's result */
+typedef struct QueueDirectClaim
+{
+	/* in */
+	Datum		qname;			/* queue name (text) */
+	Datum		worker;			/* worker name (text) */
+	Interval   *lease;			/* lease of each claim */
+	int			stripe;			/* max_in_flight stripe charged, -1 for none */
+	int64		limit;			/* most items to claim */
+	bool		hinted;			/* start at (hint_priority, hint_visible_at) */
+	int32		hint_priority;
+	TimestampTz hint_visible_at;
+	void		(*emit) (void *arg, Datum *values, bool *nulls);	/* per claimed row */
+	void	   *emit_arg;
+	/* out */
+	bool		need_statement; /* a candidate was left to the claim statement */
+	bool		has_head;		/* a claimable row was met: where */
+	int32		head_priority;
+	TimestampTz head_visible_at;
+} QueueDirectClaim;
+extern void queue_claim_direct_init(void);
+extern bool queue_triggers_known(Relation rel, int16 event, const char *const *known, int n);
+extern bool queue_claim_direct_possible(void);
+extern int64 queue_claim_direct(QueueDirectClaim *dc);
+
 
 /*
  * Private lock slots of a queue (config.c, queue_lock_private); slot 0 is
