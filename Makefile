@@ -26,6 +26,7 @@ OBJS = \
 	src/dequeue.o \
 	src/item_lookup.o \
 	src/claim_direct.o \
+	src/complete_direct.o \
 	src/ack.o \
 	src/breaker.o \
 	src/worker.o \

@@ -308,6 +308,35 @@ end_cancelled(const QueueConfig *cfg, Datum *values, FunctionCallInfo fcinfo,
 }
 
 /*
+ * record_completion
+ *		What follows one completion: the dedup key kept for dedup_window,
+ *		the completed event, the breaker's counts and the worker's sign of
+ *		life.  values[0] and values[1] are the queue and the item id.
+ */
+static void
+record_completion(QueueConfig *cfg, const char *queue_name, Datum *values, bool key_null,
+				  Datum key, int32 attempts, const char *worker, bool cancel_requested)
+{
+	if (!key_null && cfg->has_dedup_window)
+	{
+		Oid			dt[3] = {TEXTOID, TEXTOID, INT8OID};
+		Datum		dv[3];
+
+		dv[0] = values[0];
+		dv[1] = key;
+		dv[2] = values[1];
+		queue_spi_exec(queue_prepare_cached(&dedup_done_plan, DEDUP_DONE_SQL, 3, dt),
+					   dv, NULL, false, 0, SPI_OK_INSERT, "recording dedup key");
+	}
+	log_completion(queue_name, cfg->audit, DatumGetInt64(values[1]), worker, attempts,
+				   cancel_requested);
+	queue_breaker_count(cfg, values[0], 1, 0);
+	queue_breaker_outcome(cfg, values[0], DatumGetInt64(values[1]), true);
+	if (worker != NULL)
+		queue_worker_alive(CStringGetTextDatum(worker));
+}
+
+/*
  * queue.complete(queue_name text, item_id bigint, lease_token bigint,
  *				  result jsonb = NULL) returns boolean
  *
@@ -331,6 +360,25 @@ queue_complete(PG_FUNCTION_ARGS)
 	values[3] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
 	if (PG_ARGISNULL(3))
 		nulls[3] = 'n';
+	if (!queue_citus_loaded())
+	{
+		QueueCompleted c;
+
+		switch (queue_complete_direct(values[0], DatumGetInt64(values[1]),
+									  DatumGetInt64(values[2]), values[3], nulls[3] == 'n', &c))
+		{
+			case QUEUE_DIRECT_DONE:
+				record_completion(&cfg, queue_name, values, c.key_null, c.key, c.attempts,
+								  c.worker, c.cancel_requested);
+				queue_spi_finish();
+				PG_RETURN_BOOL(true);
+			case QUEUE_DIRECT_NONE:
+				queue_spi_finish();
+				PG_RETURN_BOOL(false);
+			case QUEUE_DIRECT_STATEMENT:
+				break;
+		}
+	}
 	if (queue_citus_loaded())
 		queue_citus_complete(values, nulls, false);
 	else
@@ -367,23 +415,9 @@ queue_complete(PG_FUNCTION_ARGS)
 		char	   *worker = SPI_getvalue(tup, desc, 4);
 		bool		cancel_requested = DatumGetBool(SPI_getbinval(tup, desc, 5, &isnull));
 
-		if (!key_null && cfg.has_dedup_window)
-		{
-			Oid			dt[3] = {TEXTOID, TEXTOID, INT8OID};
-			Datum		dv[3];
-
-			dv[0] = values[0];
-			dv[1] = SPI_datumTransfer(key, false, -1);
-			dv[2] = values[1];
-			queue_spi_exec(queue_prepare_cached(&dedup_done_plan, DEDUP_DONE_SQL, 3, dt),
-						   dv, NULL, false, 0, SPI_OK_INSERT, "recording dedup key");
-		}
-		log_completion(queue_name, cfg.audit, DatumGetInt64(values[1]), worker, attempts,
-					   cancel_requested);
-		queue_breaker_count(&cfg, values[0], 1, 0);
-		queue_breaker_outcome(&cfg, values[0], DatumGetInt64(values[1]), true);
-		if (worker != NULL)
-			queue_worker_alive(CStringGetTextDatum(worker));
+		record_completion(&cfg, queue_name, values, key_null,
+						  key_null ? (Datum) 0 : SPI_datumTransfer(key, false, -1),
+						  attempts, worker, cancel_requested);
 	}
 	queue_spi_finish();
 	PG_RETURN_BOOL(done);

@@ -242,6 +242,25 @@ extern bool queue_triggers_known(Relation rel, int16 event, const char *const *k
 extern bool queue_claim_direct_possible(void);
 extern int64 queue_claim_direct(QueueDirectClaim *dc);
 
+/* complete_direct.c: complete() without a statement */
+typedef enum QueueDirectResult
+{
+	QUEUE_DIRECT_DONE,			/* completed */
+	QUEUE_DIRECT_NONE,			/* no such item under that lease */
+	QUEUE_DIRECT_STATEMENT		/* nothing done: the statement must do it */
+} QueueDirectResult;
+typedef struct QueueCompleted
+{
+	bool		key_null;		/* the item's dedup_key */
+	Datum		key;
+	int32		attempts;
+	char	   *worker;			/* NULL if none */
+	bool		cancel_requested;
+} QueueCompleted;
+extern void queue_complete_direct_init(void);
+extern QueueDirectResult queue_complete_direct(Datum qname, int64 item_id, int64 token,
+											   Datum result, bool result_null,
+											   QueueCompleted *out);
 
 /*
  * Private lock slots of a queue (config.c, queue_lock_private); slot 0 is

@@ -1,0 +1,387 @@
+/*-------------------------------------------------------------------------
+ *
+ * complete_direct.c
+ *		complete() of one item done through the heap and the indexes
+ *		without a statement: the item's row deleted from item_live, its
+ *		history row inserted into the partition of item_done that covers
+ *		now.
+ *
+ * The completion statement (ack.c) spends most of its time being set up:
+ * a DELETE and an INSERT into a partitioned table, with tuple routing,
+ * for one row each.  Here the same is done directly:
+ *
+ *	- the item is found through item_live's primary key on a fresh
+ *	  snapshot, and its lease token checked;
+ *	- it is deleted; when another transaction changed it meanwhile, its
+ *	  latest version is locked and checked again, as EvalPlanQual would;
+ *	- the history row is routed as the executor routes it (a range
+ *	  partition by completed_at, else the DEFAULT partition, whose
+ *	  constraint is then checked because a partition may have been
+ *	  attached meanwhile) and inserted with its index entries.
+ *
+ * Where a shortcut would skip work a statement does, the statement runs
+ * instead (QUEUE_DIRECT_STATEMENT, decided before anything is written):
+ * an item whose deletion fires the flow-control trigger (a group head, a
+ * limited key's lease), a trigger on either table this file does not
+ * know, SERIALIZABLE isolation.  Under Citus the statement always runs.
+ *
+ * src/complete_direct.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/relscan.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_trigger.h"
+#include "executor/executor.h"
+#include "miscadmin.h"
+#include "parser/parse_relation.h"
+#include "partitioning/partbounds.h"
+#include "partitioning/partdesc.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/partcache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+#include "queue.h"
+
+/* item_live's columns a completion reads */
+typedef enum LiveCol
+{
+	LC_QUEUE,
+	LC_ITEM_ID,
+	LC_PRIORITY,
+	LC_LEASE_TOKEN,
+	LC_WORKER,
+	LC_GROUP_KEY,
+	LC_GROUP_WAIT,
+	LC_PAYLOAD,
+	LC_ATTEMPT,
+	LC_ENQUEUED_AT,
+	LC_CLAIMED_AT,
+	LC_DEDUP_KEY,
+	LC_CORRELATION_ID,
+	LC_PROGRESS,
+	NUM_LIVE_COLS
+} LiveCol;
+
+static const char *const live_col_names[NUM_LIVE_COLS] = {
+	"queue_name", "item_id", "priority", "lease_token", "worker", "group_key",
+	"group_wait", "payload", "attempt", "enqueued_at", "claimed_at", "dedup_key",
+	"correlation_id", "progress"
+};
+
+/* item_done's columns, in the order history_values fills them */
+#define NUM_DONE_COLS 12
+static const char *const done_col_names[NUM_DONE_COLS] = {
+	"queue_name", "item_id", "payload", "result", "attempts", "worker",
+	"enqueued_at", "claimed_at", "completed_at", "dedup_key", "correlation_id",
+	"progress"
+};
+
+/* DELETE triggers of item_live that the checks below stand for */
+static const char *const delete_triggers[] = {"item_live_flow_deleted"};
+
+/* item_live's layout, until its next relcache invalidation */
+static Oid	live_relid = InvalidOid;
+static bool live_valid = false;
+static bool live_usable = false;
+static AttrNumber live_attnum[NUM_LIVE_COLS];
+static Oid	pkey_relid = InvalidOid;
+
+static void
+complete_direct_relcache_callback(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == live_relid)
+		live_valid = false;
+}
+
+void
+queue_complete_direct_init(void)
+{
+	CacheRegisterRelcacheCallback(complete_direct_relcache_callback, (Datum) 0);
+}
+
+static void
+load_live_layout(Relation rel)
+{
+	live_usable = !rel->rd_rel->relrowsecurity && rel->rd_rules == NULL &&
+		queue_triggers_known(rel, TRIGGER_TYPE_DELETE, delete_triggers,
+							 lengthof(delete_triggers));
+	for (int c = 0; c < NUM_LIVE_COLS; c++)
+	{
+		live_attnum[c] = attnameAttNum(rel, live_col_names[c], false);
+		if (live_attnum[c] <= 0)
+			live_usable = false;
+	}
+	pkey_relid = RelationGetPrimaryKeyIndex(rel);
+	if (!OidIsValid(pkey_relid))
+		live_usable = false;
+	live_relid = RelationGetRelid(rel);
+	live_valid = true;
+}
+
+#define LV(slot, c) ((slot)->tts_values[live_attnum[c] - 1])
+#define LN(slot, c) ((slot)->tts_isnull[live_attnum[c] - 1])
+
+/* What the version in slot is to complete(); slot deformed here. */
+typedef enum LiveMatch
+{
+	LIVE_OTHER,					/* not the item under that lease */
+	LIVE_MATCH,					/* ours to delete */
+	LIVE_STATEMENT				/* ours, but its deletion fires a trigger */
+} LiveMatch;
+
+static LiveMatch
+match_item(TupleTableSlot *slot, Datum qname, int64 item_id, int64 token)
+{
+	int64		t;
+
+	slot_getallattrs(slot);
+	if (LN(slot, LC_QUEUE) || LN(slot, LC_LEASE_TOKEN) ||
+		DatumGetInt64(LV(slot, LC_ITEM_ID)) != item_id ||
+		!DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID,
+											  LV(slot, LC_QUEUE), qname)))
+		return LIVE_OTHER;
+	/* abs(lease_token) = token: a cancel request negates the token */
+	t = DatumGetInt64(LV(slot, LC_LEASE_TOKEN));
+	if ((t < 0 ? -t : t) != token)
+		return LIVE_OTHER;
+	/* item_live_flow_deleted's WHEN (schema/45_flow.sql) */
+	if ((!LN(slot, LC_GROUP_KEY) && !DatumGetBool(LV(slot, LC_GROUP_WAIT))) ||
+		(DatumGetInt32(LV(slot, LC_PRIORITY)) >= QUEUE_FLOW_BAND && !LN(slot, LC_WORKER)))
+		return LIVE_STATEMENT;
+	return LIVE_MATCH;
+}
+
+/*
+ * route_history
+ *		The partition of item_done (parent, open) a row completed at `at`
+ *		goes to, as the executor's tuple routing finds it; *is_default
+ *		tells whether it is the DEFAULT partition.  InvalidOid when none.
+ */
+static Oid
+route_history(Relation parent, TimestampTz at, bool *is_default)
+{
+	PartitionKey key = RelationGetPartitionKey(parent);
+	PartitionDesc pd = RelationGetPartitionDesc(parent, true);
+	PartitionBoundInfo bounds = pd->boundinfo;
+	Datum		value = TimestampTzGetDatum(at);
+	int			index = -1;
+
+	*is_default = false;
+	if (key == NULL || key->strategy != PARTITION_STRATEGY_RANGE || key->partnatts != 1)
+		return InvalidOid;
+	if (bounds != NULL && pd->nparts > 0)
+	{
+		bool		equal;
+		int			offset = partition_range_datum_bsearch(key->partsupfunc,
+														   key->partcollation,
+														   bounds, 1, &value, &equal);
+
+		index = bounds->indexes[offset + 1];
+		if (index < 0)
+		{
+			index = bounds->default_index;
+			*is_default = true;
+		}
+	}
+	return index >= 0 ? pd->oids[index] : InvalidOid;
+}
+
+/*
+ * queue_complete_direct
+ *		Complete item (qname, item_id) whose current lease is `token` (or,
+ *		cancel requested, -token): see the header.  On QUEUE_DIRECT_DONE
+ *		*out holds what the caller records of the completion.
+ */
+QueueDirectResult
+queue_complete_direct(Datum qname, int64 item_id, int64 token, Datum result,
+					  bool result_null, QueueCompleted *out)
+{
+	Snapshot	snapshot;
+	Relation	live;
+	Relation	pkey;
+	Relation	done_parent;
+	Relation	part;
+	Oid			done_relid;
+	Oid			partoid;
+	bool		is_default;
+	IndexScanDesc scan;
+	ScanKeyData keys[2];
+	TupleTableSlot *slot;
+	TupleTableSlot *locked;
+	TupleTableSlot *cur;		/* slot or locked: the version to delete */
+	TupleTableSlot *hist;
+	TupleDesc	pdesc;
+	AttrNumber	done_attnum[NUM_DONE_COLS];
+	LiveMatch	match = LIVE_OTHER;
+	QueueDirectResult res;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	CommandId	cid;
+
+	if (IsolationIsSerializable() || !OidIsValid(queue_item_live_oid()))
+		return QUEUE_DIRECT_STATEMENT;
+	done_relid = get_relname_relid("item_done", get_rel_namespace(queue_item_live_oid()));
+	if (!OidIsValid(done_relid))
+		return QUEUE_DIRECT_STATEMENT;
+
+	live = table_open(queue_item_live_oid(), RowExclusiveLock);
+	if (!live_valid)
+		load_live_layout(live);
+	if (!live_usable)
+	{
+		table_close(live, NoLock);
+		return QUEUE_DIRECT_STATEMENT;
+	}
+
+	/* where the history row goes, and whether it may go there directly */
+	done_parent = table_open(done_relid, RowExclusiveLock);
+	partoid = route_history(done_parent, now, &is_default);
+	if (!OidIsValid(partoid))
+	{
+		table_close(done_parent, NoLock);
+		table_close(live, NoLock);
+		return QUEUE_DIRECT_STATEMENT;
+	}
+	part = table_open(partoid, RowExclusiveLock);
+	pdesc = RelationGetDescr(part);
+	for (int c = 0; c < NUM_DONE_COLS; c++)
+		done_attnum[c] = attnameAttNum(part, done_col_names[c], false);
+	if (part->trigdesc != NULL || done_parent->trigdesc != NULL ||
+		part->rd_rel->relkind != RELKIND_RELATION || part->rd_rel->relrowsecurity)
+	{
+		table_close(part, NoLock);
+		table_close(done_parent, NoLock);
+		table_close(live, NoLock);
+		return QUEUE_DIRECT_STATEMENT;
+	}
+	for (int c = 0; c < NUM_DONE_COLS; c++)
+		if (done_attnum[c] <= 0)
+			elog(ERROR, "queue: column \"%s\" of item_done is missing", done_col_names[c]);
+
+	/* find the item through the primary key */
+	snapshot = queue_lookup_snapshot();
+	cid = GetCurrentCommandId(true);
+	pkey = index_open(pkey_relid, RowExclusiveLock);
+	slot = table_slot_create(live, NULL);
+	locked = table_slot_create(live, NULL);
+	cur = slot;
+	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   pkey->rd_indcollation[0], F_TEXTEQ, qname);
+	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   pkey->rd_indcollation[1], F_INT8EQ, Int64GetDatum(item_id));
+	scan = index_beginscan(live, pkey, snapshot, 2, 0);
+	index_rescan(scan, keys, 2, NULL, 0);
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		match = match_item(slot, qname, item_id, token);
+		if (match != LIVE_OTHER)
+			break;
+	}
+	index_endscan(scan);
+	index_close(pkey, NoLock);
+
+	/* delete it; a version changed meanwhile is locked and checked again */
+	while (match == LIVE_MATCH)
+	{
+		TM_FailureData tmfd;
+		TM_Result	r;
+		ItemPointerData tid = cur->tts_tid;
+
+		r = table_tuple_delete(live, &tid, cid, snapshot, InvalidSnapshot, true, &tmfd, false);
+		if (r == TM_Ok)
+			break;
+		if (r == TM_SelfModified || (r == TM_Deleted && !IsolationUsesXactSnapshot()))
+		{
+			match = LIVE_OTHER;
+			break;
+		}
+		if (r != TM_Updated || IsolationUsesXactSnapshot())
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent %s",
+							r == TM_Deleted ? "delete" : "update")));
+		r = table_tuple_lock(live, &tid, snapshot, locked, cid, LockTupleExclusive,
+							 LockWaitBlock, TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
+		if (r != TM_Ok)
+		{
+			match = LIVE_OTHER;
+			break;
+		}
+		cur = locked;
+		match = match_item(cur, qname, item_id, token);
+	}
+
+	if (match == LIVE_MATCH)
+	{
+		EState	   *estate = CreateExecutorState();
+		ResultRelInfo *rri = makeNode(ResultRelInfo);
+		Datum	   *v;
+		bool	   *n;
+
+		/* the history row: COMPLETE_HISTORY's column list (ack.c) */
+		hist = MakeSingleTupleTableSlot(pdesc, &TTSOpsVirtual);
+		v = hist->tts_values;
+		n = hist->tts_isnull;
+		memset(n, true, sizeof(bool) * pdesc->natts);
+#define DONE(i, val, isnull) (v[done_attnum[i] - 1] = (val), n[done_attnum[i] - 1] = (isnull))
+#define FROM(i, c) DONE(i, LV(cur, c), LN(cur, c))
+		FROM(0, LC_QUEUE);
+		FROM(1, LC_ITEM_ID);
+		FROM(2, LC_PAYLOAD);
+		DONE(3, result, result_null);
+		FROM(4, LC_ATTEMPT);
+		FROM(5, LC_WORKER);
+		FROM(6, LC_ENQUEUED_AT);
+		FROM(7, LC_CLAIMED_AT);
+		DONE(8, TimestampTzGetDatum(now), false);
+		FROM(9, LC_DEDUP_KEY);
+		FROM(10, LC_CORRELATION_ID);
+		FROM(11, LC_PROGRESS);
+#undef FROM
+#undef DONE
+		ExecStoreVirtualTuple(hist);
+
+		InitResultRelInfo(rri, part, 0, NULL, 0);
+		ExecOpenIndices(rri, false);
+		/* rows routed to DEFAULT: a partition attached meanwhile may cover them */
+		if (is_default)
+			(void) ExecPartitionCheck(rri, hist, estate, true);
+		table_tuple_insert(part, hist, cid, 0, NULL);
+		(void) ExecInsertIndexTuples(rri, hist, estate, false, false, NULL, NIL);
+		ExecCloseIndices(rri);
+		FreeExecutorState(estate);
+
+		out->key_null = LN(cur, LC_DEDUP_KEY);
+		out->key = out->key_null ? (Datum) 0 : datumCopy(LV(cur, LC_DEDUP_KEY), false, -1);
+		out->attempts = DatumGetInt32(LV(cur, LC_ATTEMPT));
+		out->worker = LN(cur, LC_WORKER) ? NULL : TextDatumGetCString(LV(cur, LC_WORKER));
+		out->cancel_requested = DatumGetInt64(LV(cur, LC_LEASE_TOKEN)) < 0;
+		ExecDropSingleTupleTableSlot(hist);
+		res = QUEUE_DIRECT_DONE;
+	}
+	else
+		res = match == LIVE_STATEMENT ? QUEUE_DIRECT_STATEMENT : QUEUE_DIRECT_NONE;
+
+	ExecDropSingleTupleTableSlot(locked);
+	ExecDropSingleTupleTableSlot(slot);
+	table_close(part, NoLock);
+	table_close(done_parent, NoLock);
+	table_close(live, NoLock);
+	UnregisterSnapshot(snapshot);
+	CommandCounterIncrement();
+	return res;
+}
