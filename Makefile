@@ -27,6 +27,7 @@ OBJS = \
 	src/item_lookup.o \
 	src/claim_direct.o \
 	src/complete_direct.o \
+	src/enqueue_direct.o \
 	src/ack.o \
 	src/breaker.o \
 	src/worker.o \

@@ -408,7 +408,23 @@ queue_enqueue(PG_FUNCTION_ARGS)
 		else if (has_key)
 			plan = queue_prepare_cached(&insert_plan, INSERT_SQL, 8, argtypes);
 		else
+		{
+			/* a plain item: inserted without the statement where possible */
+			if (!queue_citus_loaded())
+			{
+				int64		id = queue_enqueue_direct(values[0], priority, run_at, max_attempts,
+													  has_expires, expires_at, values[6],
+													  nulls[6] == 'n', payload);
+
+				if (id >= 0)
+				{
+					item_id = id;
+					found = inserted = true;
+					break;
+				}
+			}
 			plan = queue_prepare_cached(&plain_insert_plan, PLAIN_INSERT_SQL, 8, argtypes);
+		}
 
 		queue_spi_exec(plan, values, nulls, false, 1, SPI_OK_INSERT_RETURNING, "inserting item");
 		if (SPI_processed == 1)

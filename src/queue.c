@@ -144,6 +144,7 @@ _PG_init(void)
 	queue_item_lookup_init();
 	queue_claim_direct_init();
 	queue_complete_direct_init();
+	queue_enqueue_direct_init();
 
 	queue_distributed_init();
 }

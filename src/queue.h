@@ -242,6 +242,12 @@ extern bool queue_triggers_known(Relation rel, int16 event, const char *const *k
 extern bool queue_claim_direct_possible(void);
 extern int64 queue_claim_direct(QueueDirectClaim *dc);
 
+/* enqueue_direct.c: enqueue() of a plain item without a statement */
+extern void queue_enqueue_direct_init(void);
+extern int64 queue_enqueue_direct(Datum qname, int32 priority, TimestampTz run_at,
+								  int32 max_attempts, bool has_expires, TimestampTz expires_at,
+								  Datum correlation_id, bool correlation_null, Datum payload);
+
 /* complete_direct.c: complete() without a statement */
 typedef enum QueueDirectResult
 {
