@@ -25,6 +25,7 @@ OBJS = \
 	src/enqueue.o \
 	src/dequeue.o \
 	src/item_lookup.o \
+	src/index_entries.o \
 	src/claim_direct.o \
 	src/complete_direct.o \
 	src/enqueue_direct.o \

@@ -18,7 +18,7 @@
  *	  transaction holds is passed over, the latest version of a row that
  *	  was updated meanwhile is checked again, as EvalPlanQual would);
  *	- the lease written by a heap update, and the new version's index
- *	  entries inserted as the executor inserts them.
+ *	  entries inserted as the executor inserts them (index_entries.c).
  *
  * A candidate that needs more than a lease (an expired item, spent
  * attempts, a lost lease to record, an item that requires labels) ends
@@ -250,7 +250,7 @@ classify(TupleTableSlot *slot, Datum qname, TimestampTz now)
  *		version, and hand the claimed row's columns to dc->emit.
  */
 static void
-write_lease(Relation rel, ResultRelInfo *rri, EState *estate, Snapshot snapshot,
+write_lease(Relation rel, Bitmapset *updated, Snapshot snapshot,
 			HeapTuple old, TupleTableSlot *newslot, QueueDirectClaim *dc,
 			TimestampTz now, Datum lease_end, Datum session)
 {
@@ -286,7 +286,7 @@ write_lease(Relation rel, ResultRelInfo *rri, EState *estate, Snapshot snapshot,
 		elog(ERROR, "queue: claimed row of item_live changed under its lock (result %d)",
 			 (int) result);
 	if (update_indexes)
-		(void) ExecInsertIndexTuples(rri, newslot, estate, true, false, NULL, NIL);
+		queue_insert_index_entries(rel, newslot, updated);
 
 	out[0] = COLVAL(newslot, COL_ITEM_ID);
 	outnull[0] = false;
@@ -304,29 +304,6 @@ write_lease(Relation rel, ResultRelInfo *rri, EState *estate, Snapshot snapshot,
 	OUTCOL(10, COL_CORRELATION_ID);
 #undef OUTCOL
 	dc->emit(dc->emit_arg, out, outnull);
-}
-
-/* An executor state for UPDATE item_live SET <lease>: its index entries. */
-static EState *
-lease_estate(Relation rel, ResultRelInfo **rri)
-{
-	RangeTblEntry *rte = makeNode(RangeTblEntry);
-	EState	   *estate;
-
-	rte->rtekind = RTE_RELATION;
-	rte->relid = RelationGetRelid(rel);
-	rte->relkind = rel->rd_rel->relkind;
-	rte->rellockmode = RowExclusiveLock;
-	/* what the index AM is told of the update (index_unchanged_by_update) */
-	for (int k = 0; k < lengthof(lease_cols); k++)
-		rte->updatedCols = bms_add_member(rte->updatedCols, claim_attnum[lease_cols[k]] -
-										  FirstLowInvalidHeapAttributeNumber);
-	estate = CreateExecutorState();
-	ExecInitRangeTable(estate, list_make1(rte));
-	*rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(*rri, rel, 1, NULL, 0);
-	ExecOpenIndices(*rri, false);
-	return estate;
 }
 
 /*
@@ -361,7 +338,7 @@ queue_claim_direct(QueueDirectClaim *dc)
 	rel = table_open(queue_item_live_oid(), RowExclusiveLock);
 	if (!layout_valid)
 		load_layout(rel);
-	if (!layout_usable)
+	if (!layout_usable || !queue_index_entries_usable(rel))
 	{
 		table_close(rel, NoLock);
 		UnregisterSnapshot(snapshot);
@@ -476,8 +453,7 @@ queue_claim_direct(QueueDirectClaim *dc)
 
 	if (nrows > 0)
 	{
-		ResultRelInfo *rri;
-		EState	   *estate = lease_estate(rel, &rri);
+		Bitmapset  *updated = NULL;
 		TupleTableSlot *newslot = MakeSingleTupleTableSlot(RelationGetDescr(rel),
 														   &TTSOpsVirtual);
 		Datum		lease_end = DirectFunctionCall2(timestamptz_pl_interval,
@@ -485,16 +461,16 @@ queue_claim_direct(QueueDirectClaim *dc)
 													IntervalPGetDatum(dc->lease));
 		Datum		session = Int64GetDatum(queue_session_key());
 
+		/* what the index AM is told of the update (index_unchanged_by_update) */
+		for (int k = 0; k < lengthof(lease_cols); k++)
+			updated = bms_add_member(updated, claim_attnum[lease_cols[k]] -
+									 FirstLowInvalidHeapAttributeNumber);
 		for (int64 r = 0; r < nrows; r++)
 		{
-			write_lease(rel, rri, estate, snapshot, rows[r], newslot, dc, now,
-						lease_end, session);
-			ResetPerTupleExprContext(estate);
+			write_lease(rel, updated, snapshot, rows[r], newslot, dc, now, lease_end, session);
 			heap_freetuple(rows[r]);
 		}
 		ExecDropSingleTupleTableSlot(newslot);
-		ExecCloseIndices(rri);
-		FreeExecutorState(estate);
 	}
 	pfree(rows);
 	index_close(index, NoLock);

@@ -241,7 +241,7 @@ queue_complete_direct(Datum qname, int64 item_id, int64 token, Datum result,
 	live = table_open(queue_item_live_oid(), RowExclusiveLock);
 	if (!live_valid)
 		load_live_layout(live);
-	if (!live_usable)
+	if (!live_usable || !queue_index_entries_usable(live))
 	{
 		table_close(live, NoLock);
 		return QUEUE_DIRECT_STATEMENT;
@@ -261,7 +261,8 @@ queue_complete_direct(Datum qname, int64 item_id, int64 token, Datum result,
 	for (int c = 0; c < NUM_DONE_COLS; c++)
 		done_attnum[c] = attnameAttNum(part, done_col_names[c], false);
 	if (part->trigdesc != NULL || done_parent->trigdesc != NULL ||
-		part->rd_rel->relkind != RELKIND_RELATION || part->rd_rel->relrowsecurity)
+		part->rd_rel->relkind != RELKIND_RELATION || part->rd_rel->relrowsecurity ||
+		!queue_index_entries_usable(part))
 	{
 		table_close(part, NoLock);
 		table_close(done_parent, NoLock);
@@ -327,8 +328,6 @@ queue_complete_direct(Datum qname, int64 item_id, int64 token, Datum result,
 
 	if (match == LIVE_MATCH)
 	{
-		EState	   *estate = CreateExecutorState();
-		ResultRelInfo *rri = makeNode(ResultRelInfo);
 		Datum	   *v;
 		bool	   *n;
 
@@ -355,15 +354,18 @@ queue_complete_direct(Datum qname, int64 item_id, int64 token, Datum result,
 #undef DONE
 		ExecStoreVirtualTuple(hist);
 
-		InitResultRelInfo(rri, part, 0, NULL, 0);
-		ExecOpenIndices(rri, false);
 		/* rows routed to DEFAULT: a partition attached meanwhile may cover them */
 		if (is_default)
+		{
+			EState	   *estate = CreateExecutorState();
+			ResultRelInfo *rri = makeNode(ResultRelInfo);
+
+			InitResultRelInfo(rri, part, 0, NULL, 0);
 			(void) ExecPartitionCheck(rri, hist, estate, true);
+			FreeExecutorState(estate);
+		}
 		table_tuple_insert(part, hist, cid, 0, NULL);
-		(void) ExecInsertIndexTuples(rri, hist, estate, false, false, NULL, NIL);
-		ExecCloseIndices(rri);
-		FreeExecutorState(estate);
+		queue_insert_index_entries(part, hist, NULL);
 
 		out->key_null = LN(cur, LC_DEDUP_KEY);
 		out->key = out->key_null ? (Datum) 0 : datumCopy(LV(cur, LC_DEDUP_KEY), false, -1);

@@ -197,8 +197,6 @@ queue_enqueue_direct(Datum qname, int32 priority, TimestampTz run_at, int32 max_
 	Datum	   *v;
 	bool	   *n;
 	int64		item_id;
-	EState	   *estate;
-	ResultRelInfo *rri;
 
 	if (priority >= QUEUE_FLOW_BAND || !OidIsValid(queue_item_live_oid()))
 		return -1;
@@ -206,7 +204,7 @@ queue_enqueue_direct(Datum qname, int32 priority, TimestampTz run_at, int32 max_
 	if (!layout_valid)
 		load_layout(rel);
 	desc = RelationGetDescr(rel);
-	if (!layout_usable)
+	if (!layout_usable || !queue_index_entries_usable(rel))
 	{
 		table_close(rel, NoLock);
 		return -1;
@@ -275,14 +273,8 @@ queue_enqueue_direct(Datum qname, int32 priority, TimestampTz run_at, int32 max_
 	ExecStoreVirtualTuple(slot);
 	item_id = DatumGetInt64(v[enq_attnum[EC_ITEM_ID] - 1]);
 
-	estate = CreateExecutorState();
-	rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(rri, rel, 0, NULL, 0);
-	ExecOpenIndices(rri, false);
 	table_tuple_insert(rel, slot, GetCurrentCommandId(true), 0, NULL);
-	(void) ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL);
-	ExecCloseIndices(rri);
-	FreeExecutorState(estate);
+	queue_insert_index_entries(rel, slot, NULL);
 	ExecDropSingleTupleTableSlot(slot);
 	table_close(rel, NoLock);
 	CommandCounterIncrement();

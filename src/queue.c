@@ -142,6 +142,7 @@ _PG_init(void)
 	queue_notify_init();
 	queue_cache_init();
 	queue_item_lookup_init();
+	queue_index_entries_init();
 	queue_claim_direct_init();
 	queue_complete_direct_init();
 	queue_enqueue_direct_init();

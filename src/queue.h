@@ -216,6 +216,11 @@ extern bool queue_load_worker(Datum worker, QueueWorkerGates *gates);
 extern void queue_worker_seen(Datum worker, TimestampTz when);
 extern bool queue_worker_seen_since(Datum worker, TimestampTz since);
 
+/* index_entries.c: index entries of rows written without statements */
+extern void queue_index_entries_init(void);
+extern bool queue_index_entries_usable(Relation heap);
+extern void queue_insert_index_entries(Relation heap, TupleTableSlot *slot, Bitmapset *updated);
+
 /* claim_direct.c: the common claim without a statement */
 #define QUEUE_DEQUEUE_NCOLS 11	/* columns of dequeue's result */
 typedef struct QueueDirectClaim

@@ -1,0 +1,195 @@
+/*-------------------------------------------------------------------------
+ *
+ * index_entries.c
+ *		Index entries of the rows the hot path writes directly (claim,
+ *		complete and enqueue without statements).
+ *
+ * The executor's way (ExecOpenIndices, ExecInsertIndexTuples) builds every
+ * index's IndexInfo and the ExprState of every partial index's predicate
+ * again for each statement, and opens every index even when the row
+ * belongs in two of nine.  For a one-row write that is most of the cost.
+ * Here both are built once per table and kept until the table's next
+ * relcache invalidation (an index created, dropped or changed sends one);
+ * a row's predicates are checked first and only the indexes it belongs
+ * in are opened.  Tables whose indexes need more than that (expressions,
+ * exclusion constraints, deferred uniqueness) are left to the statements:
+ * queue_index_entries_usable() says so before anything is written.
+ *
+ * src/index_entries.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/sysattr.h"
+#include "catalog/index.h"
+#include "executor/executor.h"
+#include "nodes/bitmapset.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+#include "queue.h"
+
+/* One table's indexes, prepared. */
+typedef struct IndexSet
+{
+	Oid			relid;			/* hash key */
+	bool		usable;			/* the indexes need nothing this file lacks */
+	int			nindexes;
+	Oid		   *oids;
+	IndexInfo **infos;
+	ExprState **preds;			/* partial indexes' predicates, else NULL */
+	MemoryContext cxt;			/* all of the above */
+} IndexSet;
+
+static HTAB *index_sets = NULL;
+
+/* Relcache callback: forget the table's set (all of them on a reset). */
+static void
+index_sets_callback(Datum arg, Oid relid)
+{
+	HASH_SEQ_STATUS status;
+	IndexSet   *set;
+
+	if (index_sets == NULL)
+		return;
+	hash_seq_init(&status, index_sets);
+	while ((set = (IndexSet *) hash_seq_search(&status)) != NULL)
+	{
+		if (relid == InvalidOid || set->relid == relid)
+		{
+			MemoryContextDelete(set->cxt);
+			(void) hash_search(index_sets, &set->relid, HASH_REMOVE, NULL);
+		}
+	}
+}
+
+void
+queue_index_entries_init(void)
+{
+	CacheRegisterRelcacheCallback(index_sets_callback, (Datum) 0);
+}
+
+/* heap's prepared index set (heap open and locked). */
+static IndexSet *
+index_set(Relation heap)
+{
+	Oid			relid = RelationGetRelid(heap);
+	IndexSet	built;
+	IndexSet   *set;
+	bool		found;
+	List	   *oids;
+	ListCell   *lc;
+	int			i = 0;
+	MemoryContext old;
+
+	if (index_sets == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(IndexSet);
+		ctl.hcxt = CacheMemoryContext;
+		index_sets = hash_create("queue index sets", 16, &ctl,
+								 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	set = (IndexSet *) hash_search(index_sets, &relid, HASH_FIND, &found);
+	if (found)
+		return set;
+
+	/* built aside, entered only when complete (an error leaves nothing) */
+	built.relid = relid;
+	built.cxt = AllocSetContextCreate(CurrentMemoryContext, "queue index set",
+									  ALLOCSET_SMALL_SIZES);
+	built.usable = true;
+	old = MemoryContextSwitchTo(built.cxt);
+	oids = RelationGetIndexList(heap);
+	built.nindexes = list_length(oids);
+	built.oids = palloc(sizeof(Oid) * Max(built.nindexes, 1));
+	built.infos = palloc(sizeof(IndexInfo *) * Max(built.nindexes, 1));
+	built.preds = palloc0(sizeof(ExprState *) * Max(built.nindexes, 1));
+	foreach(lc, oids)
+	{
+		Relation	irel = index_open(lfirst_oid(lc), AccessShareLock);
+		IndexInfo  *info = BuildIndexInfo(irel);
+
+		if (info->ii_Expressions != NIL || info->ii_ExclusionOps != NULL ||
+			(irel->rd_index->indisunique && !irel->rd_index->indimmediate))
+			built.usable = false;
+		if (info->ii_Predicate != NIL)
+			built.preds[i] = ExecInitQual(info->ii_Predicate, NULL);
+		built.oids[i] = lfirst_oid(lc);
+		built.infos[i] = info;
+		index_close(irel, AccessShareLock);
+		i++;
+	}
+	MemoryContextSwitchTo(old);
+	MemoryContextSetParent(built.cxt, CacheMemoryContext);
+	set = (IndexSet *) hash_search(index_sets, &relid, HASH_ENTER, &found);
+	*set = built;
+	return set;
+}
+
+/*
+ * queue_index_entries_usable
+ *		Whether heap's indexes can be written by queue_insert_index_entries.
+ */
+bool
+queue_index_entries_usable(Relation heap)
+{
+	return index_set(heap)->usable;
+}
+
+/*
+ * queue_insert_index_entries
+ *		Insert the index entries of the row version in slot (its tts_tid
+ *		set), just inserted into heap or, with `updated` (attribute numbers
+ *		offset by FirstLowInvalidHeapAttributeNumber, as in updatedCols),
+ *		the new version of an update that was not HOT.  What
+ *		ExecInsertIndexTuples does for such a row.
+ */
+void
+queue_insert_index_entries(Relation heap, TupleTableSlot *slot, Bitmapset *updated)
+{
+	IndexSet   *set = index_set(heap);
+	ExprContext *econtext = CreateStandaloneExprContext();
+
+	Assert(set->usable);
+	econtext->ecxt_scantuple = slot;
+	for (int i = 0; i < set->nindexes; i++)
+	{
+		IndexInfo  *info = set->infos[i];
+		Relation	irel;
+		Datum		values[INDEX_MAX_KEYS];
+		bool		isnull[INDEX_MAX_KEYS];
+		bool		unchanged = false;
+		IndexUniqueCheck check;
+
+		if (set->preds[i] != NULL && !ExecQual(set->preds[i], econtext))
+			continue;
+		irel = index_open(set->oids[i], RowExclusiveLock);
+		if (!irel->rd_index->indisready)
+		{
+			index_close(irel, NoLock);
+			continue;
+		}
+		if (updated != NULL)
+		{
+			/* the hint of index_unchanged_by_update(): no key column set */
+			unchanged = true;
+			for (int k = 0; k < info->ii_NumIndexAttrs; k++)
+				if (bms_is_member(info->ii_IndexAttrNumbers[k] - FirstLowInvalidHeapAttributeNumber,
+								  updated))
+					unchanged = false;
+		}
+		check = irel->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO;
+		FormIndexDatum(info, slot, NULL, values, isnull);
+		(void) index_insert(irel, values, isnull, &slot->tts_tid, heap, check, unchanged, info);
+		index_close(irel, NoLock);
+		ResetExprContext(econtext);
+	}
+	FreeExprContext(econtext, true);
+}
