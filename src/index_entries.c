@@ -37,6 +37,7 @@
 typedef struct IndexSet
 {
 	Oid			relid;			/* hash key */
+	bool		valid;			/* false once the table's relcache entry was invalidated */
 	bool		usable;			/* the indexes need nothing this file lacks */
 	int			nindexes;
 	Oid		   *oids;
@@ -47,7 +48,12 @@ typedef struct IndexSet
 
 static HTAB *index_sets = NULL;
 
-/* Relcache callback: forget the table's set (all of them on a reset). */
+/*
+ * Relcache callback: the table's set (all of them on a reset) is to be
+ * built again.  Only marked here: a direct write may be using the set
+ * while an index_open of its own takes invalidations; the old set stays
+ * whole until the next write starts and replaces it.
+ */
 static void
 index_sets_callback(Datum arg, Oid relid)
 {
@@ -58,13 +64,8 @@ index_sets_callback(Datum arg, Oid relid)
 		return;
 	hash_seq_init(&status, index_sets);
 	while ((set = (IndexSet *) hash_seq_search(&status)) != NULL)
-	{
 		if (relid == InvalidOid || set->relid == relid)
-		{
-			MemoryContextDelete(set->cxt);
-			(void) hash_search(index_sets, &set->relid, HASH_REMOVE, NULL);
-		}
-	}
+			set->valid = false;
 }
 
 void
@@ -97,11 +98,12 @@ index_set(Relation heap)
 								 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	}
 	set = (IndexSet *) hash_search(index_sets, &relid, HASH_FIND, &found);
-	if (found)
+	if (found && set->valid)
 		return set;
 
 	/* built aside, entered only when complete (an error leaves nothing) */
 	built.relid = relid;
+	built.valid = true;
 	built.cxt = AllocSetContextCreate(CurrentMemoryContext, "queue index set",
 									  ALLOCSET_SMALL_SIZES);
 	built.usable = true;
@@ -129,6 +131,8 @@ index_set(Relation heap)
 	MemoryContextSwitchTo(old);
 	MemoryContextSetParent(built.cxt, CacheMemoryContext);
 	set = (IndexSet *) hash_search(index_sets, &relid, HASH_ENTER, &found);
+	if (found)
+		MemoryContextDelete(set->cxt);	/* the stale set, no longer in use */
 	*set = built;
 	return set;
 }
@@ -157,7 +161,9 @@ queue_insert_index_entries(Relation heap, TupleTableSlot *slot, Bitmapset *updat
 	IndexSet   *set = index_set(heap);
 	ExprContext *econtext = CreateStandaloneExprContext();
 
-	Assert(set->usable);
+	if (!set->usable)
+		elog(ERROR, "queue: indexes of \"%s\" changed during a direct write",
+			 RelationGetRelationName(heap));
 	econtext->ecxt_scantuple = slot;
 	for (int i = 0; i < set->nindexes; i++)
 	{
