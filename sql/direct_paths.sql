@@ -1,0 +1,102 @@
+-- Direct writes (src/*_direct.c): a plain enqueue, a claim from the head
+-- of a queue and a completion write the same rows as the statements they
+-- stand for, and hand over to those statements where a trigger, a rule
+-- or a case of their own needs them.
+\set VERBOSITY terse
+
+SELECT queue.create_queue('q_direct', lease_timeout => '5 min');
+SELECT queue.register_worker('w_gpu', labels => ARRAY['gpu']) IS NOT NULL AS registered;
+
+-- case: a plain item (direct) and one with a dedup key (the statement)
+-- get the same columns
+BEGIN;
+SELECT queue.enqueue('q_direct', '{"n": 1}', priority => 3, correlation_id => 'c1') AS plain_id \gset
+SELECT queue.enqueue('q_direct', '{"n": 1}', priority => 3, correlation_id => 'c1',
+                     dedup_key => 'k1') AS keyed_id \gset
+SELECT (to_jsonb(a) - 'item_id' - 'dedup_key') = (to_jsonb(b) - 'item_id' - 'dedup_key') AS same_row,
+       a.attempt, a.errors, a.on_hold, a.enqueued_at = now() AS enqueued_now,
+       a.visible_at = now() AS visible_now, a.run_at = now() AS run_now
+  FROM queue.item_live a, queue.item_live b
+ WHERE a.item_id = :plain_id AND b.item_id = :keyed_id;
+COMMIT;
+SELECT count(*) AS drained FROM queue.dequeue('q_direct', 'w0', 10) d
+ WHERE queue.complete('q_direct', d.item_id, d.lease_token);
+
+-- case: one dequeue claims a plain item directly, then meets a routed one
+-- and hands the rest of the claim to the statement: same lease columns
+BEGIN;
+SELECT queue.enqueue('q_direct', '{"n": 2}') AS plain_id \gset
+SELECT queue.enqueue('q_direct', '{"n": 2}', requires => ARRAY['gpu']) AS routed_id \gset
+COMMIT;
+SELECT count(*) AS claimed FROM queue.dequeue('q_direct', 'w_gpu', 2);
+SELECT (to_jsonb(a) - 'item_id' - 'requires' - 'lease_token')
+       = (to_jsonb(b) - 'item_id' - 'requires' - 'lease_token') AS same_lease,
+       a.attempt, a.worker, a.claimed_at = a.lease_expires_at - interval '5 min' AS lease_5min,
+       a.visible_at = a.lease_expires_at AS visible_at_lease_end,
+       a.lease_token <> b.lease_token AS own_tokens, a.lost_counted, a.cap_stripe
+  FROM queue.item_live a, queue.item_live b
+ WHERE a.item_id = :plain_id AND b.item_id = :routed_id;
+
+-- case: a plain item's completion (direct) and a group head's (the
+-- statement, for flow control's trigger) write the same history row
+BEGIN;
+SELECT queue.complete('q_direct', :plain_id, (SELECT lease_token FROM queue.item_live WHERE item_id = :plain_id), '{"ok": 1}') AS plain_done,
+       queue.complete('q_direct', :routed_id, (SELECT lease_token FROM queue.item_live WHERE item_id = :routed_id), '{"ok": 1}') AS routed_done;
+SELECT (to_jsonb(a) - 'item_id') = (to_jsonb(b) - 'item_id') AS same_history,
+       a.result, a.attempts, a.worker, a.completed_at = now() AS completed_now
+  FROM queue.item_done a, queue.item_done b
+ WHERE a.item_id = :plain_id AND b.item_id = :routed_id;
+COMMIT;
+BEGIN;
+SELECT queue.enqueue('q_direct', '{"n": 3}') AS plain_id \gset
+SELECT queue.enqueue('q_direct', '{"n": 3}', group_key => 'g') AS group_id \gset
+COMMIT;
+SELECT count(*) AS claimed FROM queue.dequeue('q_direct', 'w1', 2);
+BEGIN;
+SELECT queue.complete('q_direct', l.item_id, l.lease_token) AS done
+  FROM queue.item_live l WHERE l.item_id IN (:plain_id, :group_id) ORDER BY l.item_id;
+SELECT (to_jsonb(a) - 'item_id') = (to_jsonb(b) - 'item_id') AS same_history
+  FROM queue.item_done a, queue.item_done b
+ WHERE a.item_id = :plain_id AND b.item_id = :group_id;
+COMMIT;
+SELECT count(*) AS group_left FROM queue.flow_group WHERE queue_name = 'q_direct';
+
+-- case: a wrong token, a negative token and an unknown item complete nothing
+SELECT queue.enqueue('q_direct', '{"n": 4}') AS id \gset
+SELECT lease_token AS tok FROM queue.dequeue('q_direct', 'w1') \gset
+SELECT queue.complete('q_direct', :id, :tok + 1000) AS wrong_token,
+       queue.complete('q_direct', :id, -:tok) AS negative_token,
+       queue.complete('q_direct', :id + 1000, :tok) AS unknown_item,
+       queue.complete('q_direct', :id, :tok) AS right_token,
+       queue.complete('q_direct', :id, :tok) AS twice;
+
+-- case: a trigger added to item_live fires for every write, and one on
+-- item_done for every history row: the writes go through the statements
+CREATE TABLE direct_log (tab text, op text, item_id bigint);
+CREATE FUNCTION direct_log() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.direct_log
+    VALUES (TG_TABLE_NAME, TG_OP, CASE WHEN TG_OP = 'DELETE' THEN OLD.item_id ELSE NEW.item_id END);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER direct_log AFTER INSERT OR UPDATE OR DELETE ON queue.item_live
+    FOR EACH ROW EXECUTE FUNCTION direct_log();
+CREATE TRIGGER direct_log AFTER INSERT ON queue.item_done
+    FOR EACH ROW EXECUTE FUNCTION direct_log();
+SELECT queue.enqueue('q_direct', '{"n": 5}') AS id \gset
+SELECT queue.complete('q_direct', d.item_id, d.lease_token) AS done
+  FROM queue.dequeue('q_direct', 'w1') d;
+SELECT op, tab LIKE 'item_done%' AS history FROM direct_log WHERE item_id = :id ORDER BY ctid;
+DROP TRIGGER direct_log ON queue.item_live;
+DROP TRIGGER direct_log ON queue.item_done;
+
+-- case: a CHECK constraint on item_live is checked by the claim
+ALTER TABLE queue.item_live ADD CONSTRAINT direct_no_w9 CHECK (worker IS DISTINCT FROM 'w9');
+SELECT queue.enqueue('q_direct', '{"n": 6}') IS NOT NULL AS enqueued;
+SELECT count(*) FROM queue.dequeue('q_direct', 'w9');
+ALTER TABLE queue.item_live DROP CONSTRAINT direct_no_w9;
+SELECT count(*) AS claimed FROM queue.dequeue('q_direct', 'w9');
+
+SELECT queue.drop_queue('q_direct', force => true);
+DROP TABLE direct_log;
+DROP FUNCTION direct_log();
