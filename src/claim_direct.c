@@ -26,9 +26,9 @@
  * from there, so every rare case keeps exactly one implementation.  The
  * direct claim is not used at all where its shortcuts would not hold:
  * under Citus, for 0.1.0's tables, under SERIALIZABLE, and when
- * item_live has an UPDATE trigger this file does not know (the known
- * ones only ever fire for items of the limited band, which is never
- * scanned here).
+ * item_live has a CHECK constraint, a rule, row security or an UPDATE
+ * trigger this file does not know (the known ones only ever fire for
+ * items of the limited band, which is never scanned here).
  *
  * src/claim_direct.c
  *
@@ -170,6 +170,7 @@ load_layout(Relation rel)
 	Oid			nsp = RelationGetNamespace(rel);
 
 	layout_usable = !rel->rd_rel->relrowsecurity && rel->rd_rules == NULL &&
+		(rel->rd_att->constr == NULL || rel->rd_att->constr->num_check == 0) &&
 		queue_triggers_known(rel, TRIGGER_TYPE_UPDATE, band_triggers, lengthof(band_triggers));
 	for (int c = 0; c < NUM_CLAIM_COLS; c++)
 	{

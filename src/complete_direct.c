@@ -23,7 +23,9 @@
  * instead (QUEUE_DIRECT_STATEMENT, decided before anything is written):
  * an item whose deletion fires the flow-control trigger (a group head, a
  * limited key's lease), a trigger on either table this file does not
- * know, SERIALIZABLE isolation.  Under Citus the statement always runs.
+ * know, a rule, row security or a CHECK constraint on the history
+ * partition, SERIALIZABLE isolation.  Under Citus the statement always
+ * runs.
  *
  * src/complete_direct.c
  *
@@ -262,6 +264,8 @@ queue_complete_direct(Datum qname, int64 item_id, int64 token, Datum result,
 		done_attnum[c] = attnameAttNum(part, done_col_names[c], false);
 	if (part->trigdesc != NULL || done_parent->trigdesc != NULL ||
 		part->rd_rel->relkind != RELKIND_RELATION || part->rd_rel->relrowsecurity ||
+		part->rd_rules != NULL ||
+		(pdesc->constr != NULL && pdesc->constr->num_check > 0) ||
 		!queue_index_entries_usable(part))
 	{
 		table_close(part, NoLock);
@@ -353,6 +357,14 @@ queue_complete_direct(Datum qname, int64 item_id, int64 token, Datum result,
 #undef FROM
 #undef DONE
 		ExecStoreVirtualTuple(hist);
+		/* as the executor's ExecConstraints would say it */
+		for (int a = 0; a < pdesc->natts; a++)
+			if (n[a] && TupleDescAttr(pdesc, a)->attnotnull)
+				ereport(ERROR,
+						(errcode(ERRCODE_NOT_NULL_VIOLATION),
+						 errmsg("null value in column \"%s\" of relation \"%s\" violates not-null constraint",
+								NameStr(TupleDescAttr(pdesc, a)->attname),
+								RelationGetRelationName(part))));
 
 		/* rows routed to DEFAULT: a partition attached meanwhile may cover them */
 		if (is_default)
