@@ -177,15 +177,21 @@ match_item(TupleTableSlot *slot, Datum qname, int64 item_id, int64 token)
 static Oid
 route_history(Relation parent, TimestampTz at, bool *is_default)
 {
-	PartitionKey key = RelationGetPartitionKey(parent);
-	PartitionDesc pd = RelationGetPartitionDesc(parent, true);
-	PartitionBoundInfo bounds = pd->boundinfo;
+	PartitionKey key;
+	PartitionDesc pd;
+	PartitionBoundInfo bounds;
 	Datum		value = TimestampTzGetDatum(at);
 	int			index = -1;
 
 	*is_default = false;
+	/* 0.1.0's item_done, before ALTER EXTENSION UPDATE, is one table */
+	if (parent->rd_rel->relkind != RELKIND_PARTITIONED_TABLE)
+		return InvalidOid;
+	key = RelationGetPartitionKey(parent);
 	if (key == NULL || key->strategy != PARTITION_STRATEGY_RANGE || key->partnatts != 1)
 		return InvalidOid;
+	pd = RelationGetPartitionDesc(parent, true);
+	bounds = pd->boundinfo;
 	if (bounds != NULL && pd->nparts > 0)
 	{
 		bool		equal;
