@@ -424,10 +424,29 @@ queue_complete(PG_FUNCTION_ARGS)
 }
 
 /*
+ * The shape of COMPLETE_HISTORY's result (item_id, dedup_key, attempt,
+ * worker, cancel_requested), for the rows completed directly.
+ */
+static TupleDesc
+completed_row_desc(void)
+{
+	TupleDesc	desc = CreateTemplateTupleDesc(5);
+
+	TupleDescInitEntry(desc, 1, "item_id", INT8OID, -1, 0);
+	TupleDescInitEntry(desc, 2, "dedup_key", TEXTOID, -1, 0);
+	TupleDescInitEntry(desc, 3, "attempt", INT4OID, -1, 0);
+	TupleDescInitEntry(desc, 4, "worker", TEXTOID, -1, 0);
+	TupleDescInitEntry(desc, 5, "cancel_requested", BOOLOID, -1, 0);
+	return desc;
+}
+
+/*
  * complete_batch_by_tid
  *		complete_batch on a plain server: the items of (ids, toks) pairs
- *		whose token is the item's current lease are found through the
- *		primary key (item_lookup.c) and deleted by TID.  A pair whose
+ *		whose token is the item's current lease are completed directly
+ *		(complete_direct.c); those the direct path leaves to the statement
+ *		are found through the primary key (item_lookup.c) and deleted by
+ *		TID.  A pair whose
  *		version was changed after the lookup's snapshot (a heartbeat, a
  *		cancel request) is looked up again, up to LOOKUP_MAX_RETRIES
  *		times.  Returns the rows completed.
@@ -458,6 +477,50 @@ complete_batch_by_tid(Datum *values, char *nulls, ArrayType *ids, ArrayType *tok
 	for (int i = 0; i < nids && i < ntoks; i++)
 		if (!id_nulls[i] && !tok_nulls[i] && DatumGetInt64(tok_elems[i]) > 0)
 			pending[npending++] = i;
+
+	/* directly where possible (complete_direct.c); the rest by statement */
+	if (npending > 0)
+	{
+		QueueCompleter *c = queue_completer_begin();
+
+		if (c != NULL)
+		{
+			int			nleft = 0;
+
+			desc = completed_row_desc();
+			for (int p = 0; p < npending; p++)
+			{
+				int			i = pending[p];
+				QueueCompleted done;
+				Datum		rv[5];
+				bool		rn[5] = {false, false, false, false, false};
+
+				CHECK_FOR_INTERRUPTS();
+				switch (queue_completer_one(c, values[0], DatumGetInt64(id_elems[i]),
+											DatumGetInt64(tok_elems[i]), values[3],
+											nulls[3] == 'n', &done))
+				{
+					case QUEUE_DIRECT_DONE:
+						rv[0] = id_elems[i];
+						rv[1] = done.key;
+						rn[1] = done.key_null;
+						rv[2] = Int32GetDatum(done.attempts);
+						rv[3] = done.worker ? CStringGetTextDatum(done.worker) : (Datum) 0;
+						rn[3] = done.worker == NULL;
+						rv[4] = BoolGetDatum(done.cancel_requested);
+						rows[nrows++] = heap_form_tuple(desc, rv, rn);
+						break;
+					case QUEUE_DIRECT_STATEMENT:
+						pending[nleft++] = i;
+						break;
+					case QUEUE_DIRECT_NONE:
+						break;
+				}
+			}
+			queue_completer_end(c);
+			npending = nleft;
+		}
+	}
 
 	for (int tries = 0; npending > 0; tries++)
 	{

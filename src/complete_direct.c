@@ -209,42 +209,50 @@ route_history(Relation parent, TimestampTz at, bool *is_default)
 	return index >= 0 ? pd->oids[index] : InvalidOid;
 }
 
-/*
- * queue_complete_direct
- *		Complete item (qname, item_id) whose current lease is `token` (or,
- *		cancel requested, -token): see the header.  On QUEUE_DIRECT_DONE
- *		*out holds what the caller records of the completion.
- */
-QueueDirectResult
-queue_complete_direct(Datum qname, int64 item_id, int64 token, Datum result,
-					  bool result_null, QueueCompleted *out)
+/* An open completion: what complete() and complete_batch() share. */
+struct QueueCompleter
 {
-	Snapshot	snapshot;
 	Relation	live;
 	Relation	pkey;
+	Relation	done_parent;
+	Relation	part;			/* the history partition of now */
+	bool		is_default;		/* it is the DEFAULT partition */
+	bool		part_checked;	/* its constraint was checked (see below) */
+	TupleDesc	pdesc;
+	AttrNumber	done_attnum[NUM_DONE_COLS];
+	Snapshot	snapshot;
+	CommandId	cid;
+	TimestampTz now;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;		/* the version the lookup found */
+	TupleTableSlot *locked;		/* a newer version, locked */
+	TupleTableSlot *hist;		/* the history row */
+};
+
+/*
+ * queue_completer_begin
+ *		Open item_live and the history partition of now for completions;
+ *		NULL when the statement must do them (see the header).  Every
+ *		lookup of the completer runs on one snapshot.
+ */
+QueueCompleter *
+queue_completer_begin(void)
+{
+	QueueCompleter *c;
+	Relation	live;
 	Relation	done_parent;
 	Relation	part;
 	Oid			done_relid;
 	Oid			partoid;
 	bool		is_default;
-	IndexScanDesc scan;
-	ScanKeyData keys[2];
-	TupleTableSlot *slot;
-	TupleTableSlot *locked;
-	TupleTableSlot *cur;		/* slot or locked: the version to delete */
-	TupleTableSlot *hist;
 	TupleDesc	pdesc;
-	AttrNumber	done_attnum[NUM_DONE_COLS];
-	LiveMatch	match = LIVE_OTHER;
-	QueueDirectResult res;
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	CommandId	cid;
 
 	if (IsolationIsSerializable() || !OidIsValid(queue_item_live_oid()))
-		return QUEUE_DIRECT_STATEMENT;
+		return NULL;
 	done_relid = get_relname_relid("item_done", get_rel_namespace(queue_item_live_oid()));
 	if (!OidIsValid(done_relid))
-		return QUEUE_DIRECT_STATEMENT;
+		return NULL;
 
 	live = table_open(queue_item_live_oid(), RowExclusiveLock);
 	if (!live_valid)
@@ -252,22 +260,20 @@ queue_complete_direct(Datum qname, int64 item_id, int64 token, Datum result,
 	if (!live_usable || !queue_index_entries_usable(live))
 	{
 		table_close(live, NoLock);
-		return QUEUE_DIRECT_STATEMENT;
+		return NULL;
 	}
 
-	/* where the history row goes, and whether it may go there directly */
+	/* where the history rows go, and whether they may go there directly */
 	done_parent = table_open(done_relid, RowExclusiveLock);
 	partoid = route_history(done_parent, now, &is_default);
 	if (!OidIsValid(partoid))
 	{
 		table_close(done_parent, NoLock);
 		table_close(live, NoLock);
-		return QUEUE_DIRECT_STATEMENT;
+		return NULL;
 	}
 	part = table_open(partoid, RowExclusiveLock);
 	pdesc = RelationGetDescr(part);
-	for (int c = 0; c < NUM_DONE_COLS; c++)
-		done_attnum[c] = attnameAttNum(part, done_col_names[c], false);
 	if (part->trigdesc != NULL || done_parent->trigdesc != NULL ||
 		part->rd_rel->relkind != RELKIND_RELATION || part->rd_rel->relrowsecurity ||
 		part->rd_rules != NULL ||
@@ -277,33 +283,114 @@ queue_complete_direct(Datum qname, int64 item_id, int64 token, Datum result,
 		table_close(part, NoLock);
 		table_close(done_parent, NoLock);
 		table_close(live, NoLock);
-		return QUEUE_DIRECT_STATEMENT;
+		return NULL;
 	}
-	for (int c = 0; c < NUM_DONE_COLS; c++)
-		if (done_attnum[c] <= 0)
-			elog(ERROR, "queue: column \"%s\" of item_done is missing", done_col_names[c]);
+
+	c = palloc0(sizeof(QueueCompleter));
+	c->live = live;
+	c->done_parent = done_parent;
+	c->part = part;
+	c->is_default = is_default;
+	c->pdesc = pdesc;
+	c->now = now;
+	for (int i = 0; i < NUM_DONE_COLS; i++)
+	{
+		c->done_attnum[i] = attnameAttNum(part, done_col_names[i], false);
+		if (c->done_attnum[i] <= 0)
+			elog(ERROR, "queue: column \"%s\" of item_done is missing", done_col_names[i]);
+	}
+	c->snapshot = queue_lookup_snapshot();
+	c->cid = GetCurrentCommandId(true);
+	c->pkey = index_open(pkey_relid, RowExclusiveLock);
+	c->slot = table_slot_create(live, NULL);
+	c->locked = table_slot_create(live, NULL);
+	c->hist = MakeSingleTupleTableSlot(pdesc, &TTSOpsVirtual);
+	c->scan = index_beginscan(live, c->pkey, c->snapshot, 2, 0);
+	return c;
+}
+
+/* Insert the history row of the deleted version in cur. */
+static void
+write_history(QueueCompleter *c, TupleTableSlot *cur, Datum result, bool result_null)
+{
+	TupleTableSlot *hist = c->hist;
+	Datum	   *v = hist->tts_values;
+	bool	   *n = hist->tts_isnull;
+
+	ExecClearTuple(hist);
+	memset(n, true, sizeof(bool) * c->pdesc->natts);
+	/* COMPLETE_HISTORY's column list (ack.c) */
+#define DONE(i, val, isnull) (v[c->done_attnum[i] - 1] = (val), n[c->done_attnum[i] - 1] = (isnull))
+#define FROM(i, col) DONE(i, LV(cur, col), LN(cur, col))
+	FROM(0, LC_QUEUE);
+	FROM(1, LC_ITEM_ID);
+	FROM(2, LC_PAYLOAD);
+	DONE(3, result, result_null);
+	FROM(4, LC_ATTEMPT);
+	FROM(5, LC_WORKER);
+	FROM(6, LC_ENQUEUED_AT);
+	FROM(7, LC_CLAIMED_AT);
+	DONE(8, TimestampTzGetDatum(c->now), false);
+	FROM(9, LC_DEDUP_KEY);
+	FROM(10, LC_CORRELATION_ID);
+	FROM(11, LC_PROGRESS);
+#undef FROM
+#undef DONE
+	ExecStoreVirtualTuple(hist);
+	/* as the executor's ExecConstraints would say it */
+	for (int a = 0; a < c->pdesc->natts; a++)
+		if (n[a] && TupleDescAttr(c->pdesc, a)->attnotnull)
+			ereport(ERROR,
+					(errcode(ERRCODE_NOT_NULL_VIOLATION),
+					 errmsg("null value in column \"%s\" of relation \"%s\" violates not-null constraint",
+							NameStr(TupleDescAttr(c->pdesc, a)->attname),
+							RelationGetRelationName(c->part))));
+
+	/*
+	 * Rows routed to DEFAULT: a partition attached meanwhile may cover
+	 * them.  Every row of the completer has the same completed_at, so one
+	 * check stands for all.
+	 */
+	if (c->is_default && !c->part_checked)
+	{
+		EState	   *estate = CreateExecutorState();
+		ResultRelInfo *rri = makeNode(ResultRelInfo);
+
+		InitResultRelInfo(rri, c->part, 0, NULL, 0);
+		(void) ExecPartitionCheck(rri, hist, estate, true);
+		FreeExecutorState(estate);
+		c->part_checked = true;
+	}
+	table_tuple_insert(c->part, hist, c->cid, 0, NULL);
+	queue_insert_index_entries(c->part, hist, NULL);
+}
+
+/*
+ * queue_completer_one
+ *		Complete item (qname, item_id) whose current lease is `token` (or,
+ *		cancel requested, -token): see the header.  On QUEUE_DIRECT_DONE
+ *		*out holds what the caller records of the completion.
+ */
+QueueDirectResult
+queue_completer_one(QueueCompleter *c, Datum qname, int64 item_id, int64 token,
+					Datum result, bool result_null, QueueCompleted *out)
+{
+	ScanKeyData keys[2];
+	TupleTableSlot *cur = c->slot;
+	LiveMatch	match = LIVE_OTHER;
 
 	/* find the item through the primary key */
-	snapshot = queue_lookup_snapshot();
-	cid = GetCurrentCommandId(true);
-	pkey = index_open(pkey_relid, RowExclusiveLock);
-	slot = table_slot_create(live, NULL);
-	locked = table_slot_create(live, NULL);
-	cur = slot;
 	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   pkey->rd_indcollation[0], F_TEXTEQ, qname);
+						   c->pkey->rd_indcollation[0], F_TEXTEQ, qname);
 	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-						   pkey->rd_indcollation[1], F_INT8EQ, Int64GetDatum(item_id));
-	scan = index_beginscan(live, pkey, snapshot, 2, 0);
-	index_rescan(scan, keys, 2, NULL, 0);
-	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+						   c->pkey->rd_indcollation[1], F_INT8EQ, Int64GetDatum(item_id));
+	index_rescan(c->scan, keys, 2, NULL, 0);
+	while (index_getnext_slot(c->scan, ForwardScanDirection, c->slot))
 	{
-		match = match_item(slot, qname, item_id, token);
+		match = match_item(c->slot, qname, item_id, token);
 		if (match != LIVE_OTHER)
 			break;
 	}
-	index_endscan(scan);
-	index_close(pkey, NoLock);
 
 	/* delete it; a version changed meanwhile is locked and checked again */
 	while (match == LIVE_MATCH)
@@ -312,7 +399,8 @@ queue_complete_direct(Datum qname, int64 item_id, int64 token, Datum result,
 		TM_Result	r;
 		ItemPointerData tid = cur->tts_tid;
 
-		r = table_tuple_delete(live, &tid, cid, snapshot, InvalidSnapshot, true, &tmfd, false);
+		r = table_tuple_delete(c->live, &tid, c->cid, c->snapshot, InvalidSnapshot, true,
+							   &tmfd, false);
 		if (r == TM_Ok)
 			break;
 		if (r == TM_SelfModified || (r == TM_Deleted && !IsolationUsesXactSnapshot()))
@@ -325,83 +413,56 @@ queue_complete_direct(Datum qname, int64 item_id, int64 token, Datum result,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not serialize access due to concurrent %s",
 							r == TM_Deleted ? "delete" : "update")));
-		r = table_tuple_lock(live, &tid, snapshot, locked, cid, LockTupleExclusive,
+		r = table_tuple_lock(c->live, &tid, c->snapshot, c->locked, c->cid, LockTupleExclusive,
 							 LockWaitBlock, TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
 		if (r != TM_Ok)
 		{
 			match = LIVE_OTHER;
 			break;
 		}
-		cur = locked;
+		cur = c->locked;
 		match = match_item(cur, qname, item_id, token);
 	}
+	if (match != LIVE_MATCH)
+		return match == LIVE_STATEMENT ? QUEUE_DIRECT_STATEMENT : QUEUE_DIRECT_NONE;
 
-	if (match == LIVE_MATCH)
-	{
-		Datum	   *v;
-		bool	   *n;
+	write_history(c, cur, result, result_null);
+	out->key_null = LN(cur, LC_DEDUP_KEY);
+	out->key = out->key_null ? (Datum) 0 : datumCopy(LV(cur, LC_DEDUP_KEY), false, -1);
+	out->attempts = DatumGetInt32(LV(cur, LC_ATTEMPT));
+	out->worker = LN(cur, LC_WORKER) ? NULL : TextDatumGetCString(LV(cur, LC_WORKER));
+	out->cancel_requested = DatumGetInt64(LV(cur, LC_LEASE_TOKEN)) < 0;
+	return QUEUE_DIRECT_DONE;
+}
 
-		/* the history row: COMPLETE_HISTORY's column list (ack.c) */
-		hist = MakeSingleTupleTableSlot(pdesc, &TTSOpsVirtual);
-		v = hist->tts_values;
-		n = hist->tts_isnull;
-		memset(n, true, sizeof(bool) * pdesc->natts);
-#define DONE(i, val, isnull) (v[done_attnum[i] - 1] = (val), n[done_attnum[i] - 1] = (isnull))
-#define FROM(i, c) DONE(i, LV(cur, c), LN(cur, c))
-		FROM(0, LC_QUEUE);
-		FROM(1, LC_ITEM_ID);
-		FROM(2, LC_PAYLOAD);
-		DONE(3, result, result_null);
-		FROM(4, LC_ATTEMPT);
-		FROM(5, LC_WORKER);
-		FROM(6, LC_ENQUEUED_AT);
-		FROM(7, LC_CLAIMED_AT);
-		DONE(8, TimestampTzGetDatum(now), false);
-		FROM(9, LC_DEDUP_KEY);
-		FROM(10, LC_CORRELATION_ID);
-		FROM(11, LC_PROGRESS);
-#undef FROM
-#undef DONE
-		ExecStoreVirtualTuple(hist);
-		/* as the executor's ExecConstraints would say it */
-		for (int a = 0; a < pdesc->natts; a++)
-			if (n[a] && TupleDescAttr(pdesc, a)->attnotnull)
-				ereport(ERROR,
-						(errcode(ERRCODE_NOT_NULL_VIOLATION),
-						 errmsg("null value in column \"%s\" of relation \"%s\" violates not-null constraint",
-								NameStr(TupleDescAttr(pdesc, a)->attname),
-								RelationGetRelationName(part))));
-
-		/* rows routed to DEFAULT: a partition attached meanwhile may cover them */
-		if (is_default)
-		{
-			EState	   *estate = CreateExecutorState();
-			ResultRelInfo *rri = makeNode(ResultRelInfo);
-
-			InitResultRelInfo(rri, part, 0, NULL, 0);
-			(void) ExecPartitionCheck(rri, hist, estate, true);
-			FreeExecutorState(estate);
-		}
-		table_tuple_insert(part, hist, cid, 0, NULL);
-		queue_insert_index_entries(part, hist, NULL);
-
-		out->key_null = LN(cur, LC_DEDUP_KEY);
-		out->key = out->key_null ? (Datum) 0 : datumCopy(LV(cur, LC_DEDUP_KEY), false, -1);
-		out->attempts = DatumGetInt32(LV(cur, LC_ATTEMPT));
-		out->worker = LN(cur, LC_WORKER) ? NULL : TextDatumGetCString(LV(cur, LC_WORKER));
-		out->cancel_requested = DatumGetInt64(LV(cur, LC_LEASE_TOKEN)) < 0;
-		ExecDropSingleTupleTableSlot(hist);
-		res = QUEUE_DIRECT_DONE;
-	}
-	else
-		res = match == LIVE_STATEMENT ? QUEUE_DIRECT_STATEMENT : QUEUE_DIRECT_NONE;
-
-	ExecDropSingleTupleTableSlot(locked);
-	ExecDropSingleTupleTableSlot(slot);
-	table_close(part, NoLock);
-	table_close(done_parent, NoLock);
-	table_close(live, NoLock);
-	UnregisterSnapshot(snapshot);
+void
+queue_completer_end(QueueCompleter *c)
+{
+	index_endscan(c->scan);
+	index_close(c->pkey, NoLock);
+	ExecDropSingleTupleTableSlot(c->hist);
+	ExecDropSingleTupleTableSlot(c->locked);
+	ExecDropSingleTupleTableSlot(c->slot);
+	table_close(c->part, NoLock);
+	table_close(c->done_parent, NoLock);
+	table_close(c->live, NoLock);
+	UnregisterSnapshot(c->snapshot);
+	pfree(c);
+	/* what follows in this transaction sees the completions */
 	CommandCounterIncrement();
+}
+
+/* One completion (see queue_completer_one). */
+QueueDirectResult
+queue_complete_direct(Datum qname, int64 item_id, int64 token, Datum result,
+					  bool result_null, QueueCompleted *out)
+{
+	QueueCompleter *c = queue_completer_begin();
+	QueueDirectResult res;
+
+	if (c == NULL)
+		return QUEUE_DIRECT_STATEMENT;
+	res = queue_completer_one(c, qname, item_id, token, result, result_null, out);
+	queue_completer_end(c);
 	return res;
 }

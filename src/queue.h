@@ -269,6 +269,12 @@ typedef struct QueueCompleted
 	bool		cancel_requested;
 } QueueCompleted;
 extern void queue_complete_direct_init(void);
+typedef struct QueueCompleter QueueCompleter;
+extern QueueCompleter *queue_completer_begin(void);
+extern QueueDirectResult queue_completer_one(QueueCompleter *c, Datum qname, int64 item_id,
+											 int64 token, Datum result, bool result_null,
+											 QueueCompleted *out);
+extern void queue_completer_end(QueueCompleter *c);
 extern QueueDirectResult queue_complete_direct(Datum qname, int64 item_id, int64 token,
 											   Datum result, bool result_null,
 											   QueueCompleted *out);
