@@ -121,17 +121,12 @@ static bool layout_usable = false;
 static AttrNumber claim_attnum[NUM_CLAIM_COLS];
 static Oid	lease_seq_relid = InvalidOid;
 
-static void
-claim_direct_relcache_callback(Datum arg, Oid relid)
+/* Relcache callback (called by queue.c's): item_live's layout is read again after a change. */
+void
+queue_claim_direct_relcache(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == layout_relid)
 		layout_valid = false;
-}
-
-void
-queue_claim_direct_init(void)
-{
-	CacheRegisterRelcacheCallback(claim_direct_relcache_callback, (Datum) 0);
 }
 
 /*

@@ -103,17 +103,12 @@ static bool live_usable = false;
 static AttrNumber live_attnum[NUM_LIVE_COLS];
 static Oid	pkey_relid = InvalidOid;
 
-static void
-complete_direct_relcache_callback(Datum arg, Oid relid)
+/* Relcache callback (called by queue.c's): item_live's layout is read again after a change. */
+void
+queue_complete_direct_relcache(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == live_relid)
 		live_valid = false;
-}
-
-void
-queue_complete_direct_init(void)
-{
-	CacheRegisterRelcacheCallback(complete_direct_relcache_callback, (Datum) 0);
 }
 
 static void

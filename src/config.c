@@ -133,8 +133,8 @@ static SPIPlanPtr config_plan = NULL;
  * drops the cache.  The oid is looked up again on next use, since DROP and
  * CREATE EXTENSION give the table a new one.
  */
-static void
-config_cache_callback(Datum arg, Oid relid)
+void
+queue_config_relcache(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == anchor_relid)
 	{
@@ -150,12 +150,6 @@ config_cache_callback(Datum arg, Oid relid)
 		}
 		anchor_relid = InvalidOid;
 	}
-}
-
-void
-queue_cache_init(void)
-{
-	CacheRegisterRelcacheCallback(config_cache_callback, (Datum) 0);
 }
 
 static Oid

@@ -91,17 +91,12 @@ static AttrNumber enq_attnum[NUM_ENQ_COLS];
 static ColumnDefault *defaults = NULL;	/* per attribute */
 static MemoryContext layout_cxt = NULL;
 
-static void
-enqueue_direct_relcache_callback(Datum arg, Oid relid)
+/* Relcache callback (called by queue.c's): item_live's layout and defaults are read again after a change. */
+void
+queue_enqueue_direct_relcache(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == layout_relid)
 		layout_valid = false;
-}
-
-void
-queue_enqueue_direct_init(void)
-{
-	CacheRegisterRelcacheCallback(enqueue_direct_relcache_callback, (Datum) 0);
 }
 
 /* How the default expression expr is computed; false if not one we know. */

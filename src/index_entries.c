@@ -54,8 +54,8 @@ static HTAB *index_sets = NULL;
  * while an index_open of its own takes invalidations; the old set stays
  * whole until the next write starts and replaces it.
  */
-static void
-index_sets_callback(Datum arg, Oid relid)
+void
+queue_index_entries_relcache(Datum arg, Oid relid)
 {
 	HASH_SEQ_STATUS status;
 	IndexSet   *set;
@@ -66,12 +66,6 @@ index_sets_callback(Datum arg, Oid relid)
 	while ((set = (IndexSet *) hash_seq_search(&status)) != NULL)
 		if (relid == InvalidOid || set->relid == relid)
 			set->valid = false;
-}
-
-void
-queue_index_entries_init(void)
-{
-	CacheRegisterRelcacheCallback(index_sets_callback, (Datum) 0);
 }
 
 /* heap's prepared index set (heap open and locked). */

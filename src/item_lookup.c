@@ -68,17 +68,12 @@ queue_lookup_snapshot(void)
 static Oid	item_live_relid = InvalidOid;
 static Oid	claim_index_relid = InvalidOid;
 
-static void
-item_live_relcache_callback(Datum arg, Oid relid)
+/* Relcache callback (called by queue.c's): the kept OIDs are looked up again. */
+void
+queue_item_lookup_relcache(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == item_live_relid || relid == claim_index_relid)
 		item_live_relid = claim_index_relid = InvalidOid;
-}
-
-void
-queue_item_lookup_init(void)
-{
-	CacheRegisterRelcacheCallback(item_live_relcache_callback, (Datum) 0);
 }
 
 /* The OID of relation `name` of schema queue, kept in *cache. */

@@ -121,6 +121,22 @@ static const QueueGuc queue_gucs[] = {
 
 void		_PG_init(void);
 
+/*
+ * Relcache callback of every per-backend cache: PostgreSQL has room for
+ * ten such callbacks per backend, shared with other extensions (Citus
+ * registers several), so the library takes one.
+ */
+static void
+queue_relcache_callback(Datum arg, Oid relid)
+{
+	queue_config_relcache(arg, relid);
+	queue_item_lookup_relcache(arg, relid);
+	queue_index_entries_relcache(arg, relid);
+	queue_claim_direct_relcache(arg, relid);
+	queue_complete_direct_relcache(arg, relid);
+	queue_enqueue_direct_relcache(arg, relid);
+}
+
 void
 _PG_init(void)
 {
@@ -140,12 +156,7 @@ _PG_init(void)
 	MarkGUCPrefixReserved("queue");
 
 	queue_notify_init();
-	queue_cache_init();
-	queue_item_lookup_init();
-	queue_index_entries_init();
-	queue_claim_direct_init();
-	queue_complete_direct_init();
-	queue_enqueue_direct_init();
+	CacheRegisterRelcacheCallback(queue_relcache_callback, (Datum) 0);
 
 	queue_distributed_init();
 }

@@ -172,7 +172,7 @@ extern void queue_spi_connect(void);
 extern void queue_spi_finish(void);
 
 /* item_lookup.c */
-extern void queue_item_lookup_init(void);
+extern void queue_item_lookup_relcache(Datum arg, Oid relid);
 extern Oid	queue_item_live_oid(void);
 extern Oid	queue_claim_index_oid(void);
 extern Snapshot queue_lookup_snapshot(void);
@@ -209,7 +209,7 @@ extern void queue_check_positive_interval(Interval *iv, const char *argname);
 extern double queue_interval_seconds(const Interval *iv);
 
 /* config.c */
-extern void queue_cache_init(void);
+extern void queue_config_relcache(Datum arg, Oid relid);
 extern void queue_lock_queue(const char *queue_name, bool exclusive);
 extern void queue_load_config(const char *queue_name, QueueConfig *cfg);
 extern bool queue_load_worker(Datum worker, QueueWorkerGates *gates);
@@ -217,7 +217,7 @@ extern void queue_worker_seen(Datum worker, TimestampTz when);
 extern bool queue_worker_seen_since(Datum worker, TimestampTz since);
 
 /* index_entries.c: index entries of rows written without statements */
-extern void queue_index_entries_init(void);
+extern void queue_index_entries_relcache(Datum arg, Oid relid);
 extern bool queue_index_entries_usable(Relation heap);
 extern void queue_insert_index_entries(Relation heap, TupleTableSlot *slot, Bitmapset *updated);
 
@@ -242,13 +242,13 @@ typedef struct QueueDirectClaim
 	int32		head_priority;
 	TimestampTz head_visible_at;
 } QueueDirectClaim;
-extern void queue_claim_direct_init(void);
+extern void queue_claim_direct_relcache(Datum arg, Oid relid);
 extern bool queue_triggers_known(Relation rel, int16 event, const char *const *known, int n);
 extern bool queue_claim_direct_possible(void);
 extern int64 queue_claim_direct(QueueDirectClaim *dc);
 
 /* enqueue_direct.c: enqueue() of a plain item without a statement */
-extern void queue_enqueue_direct_init(void);
+extern void queue_enqueue_direct_relcache(Datum arg, Oid relid);
 extern int64 queue_enqueue_direct(Datum qname, int32 priority, TimestampTz run_at,
 								  int32 max_attempts, bool has_expires, TimestampTz expires_at,
 								  Datum correlation_id, bool correlation_null, Datum payload);
@@ -268,7 +268,7 @@ typedef struct QueueCompleted
 	char	   *worker;			/* NULL if none */
 	bool		cancel_requested;
 } QueueCompleted;
-extern void queue_complete_direct_init(void);
+extern void queue_complete_direct_relcache(Datum arg, Oid relid);
 typedef struct QueueCompleter QueueCompleter;
 extern QueueCompleter *queue_completer_begin(void);
 extern QueueDirectResult queue_completer_one(QueueCompleter *c, Datum qname, int64 item_id,
