@@ -111,6 +111,7 @@ queue_complete_direct_relcache(Datum arg, Oid relid)
 		live_valid = false;
 }
 
+/* Read item_live's layout into the statics above (rel open). */
 static void
 load_live_layout(Relation rel)
 {
