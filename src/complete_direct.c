@@ -371,16 +371,11 @@ QueueDirectResult
 queue_completer_one(QueueCompleter *c, Datum qname, int64 item_id, int64 token,
 					Datum result, bool result_null, QueueCompleted *out)
 {
-	ScanKeyData keys[2];
 	TupleTableSlot *cur = c->slot;
 	LiveMatch	match = LIVE_OTHER;
 
 	/* find the item through the primary key */
-	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   c->pkey->rd_indcollation[0], F_TEXTEQ, qname);
-	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-						   c->pkey->rd_indcollation[1], F_INT8EQ, Int64GetDatum(item_id));
-	index_rescan(c->scan, keys, 2, NULL, 0);
+	queue_item_pkey_rescan(c->scan, qname, item_id);
 	while (index_getnext_slot(c->scan, ForwardScanDirection, c->slot))
 	{
 		match = match_item(c->slot, qname, item_id, token);

@@ -142,6 +142,23 @@ queue_item_lookup_begin(Snapshot snapshot)
 }
 
 /*
+ * queue_item_pkey_rescan
+ *		Point scan, a scan of item_live's primary key, at (qname, item_id).
+ */
+void
+queue_item_pkey_rescan(IndexScanDesc scan, Datum qname, int64 item_id)
+{
+	Relation	index = scan->indexRelation;
+	ScanKeyData keys[2];
+
+	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[0], F_TEXTEQ, qname);
+	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[1], F_INT8EQ, Int64GetDatum(item_id));
+	index_rescan(scan, keys, 2, NULL, 0);
+}
+
+/*
  * queue_item_lookup
  *		The TID of the version of item (qname, item_id) that the lookup's
  *		snapshot sees; false when there is none.  With lease_token > 0,
@@ -152,15 +169,9 @@ bool
 queue_item_lookup(QueueItemLookup *l, Datum qname, int64 item_id, int64 lease_token,
 				  ItemPointer tid)
 {
-	ScanKeyData keys[2];
-
 	if (l == NULL)
 		return false;
-	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   l->index->rd_indcollation[0], F_TEXTEQ, qname);
-	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-						   l->index->rd_indcollation[1], F_INT8EQ, Int64GetDatum(item_id));
-	index_rescan(l->scan, keys, 2, NULL, 0);
+	queue_item_pkey_rescan(l->scan, qname, item_id);
 	while (index_getnext_slot(l->scan, ForwardScanDirection, l->slot))
 	{
 		if (lease_token > 0)

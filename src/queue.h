@@ -24,6 +24,7 @@
 
 #include "postgres.h"
 
+#include "access/relscan.h"
 #include "executor/spi.h"
 #include "storage/itemptr.h"
 #include "utils/snapshot.h"
@@ -173,6 +174,7 @@ extern void queue_spi_finish(void);
 
 /* item_lookup.c */
 extern void queue_item_lookup_relcache(Datum arg, Oid relid);
+extern void queue_item_pkey_rescan(IndexScanDesc scan, Datum qname, int64 item_id);
 extern Oid	queue_item_live_oid(void);
 extern Oid	queue_claim_index_oid(void);
 extern Snapshot queue_lookup_snapshot(void);

@@ -35,11 +35,12 @@ is($node->safe_psql('postgres',
 	"SELECT reltuples FROM pg_class WHERE oid = 'queue.item_live'::regclass"),
 	'-1', 'item_live was never analyzed');
 
-# Tuples read from item_live by the calls of one transaction.
+# Tuples read from item_live by the calls of one transaction (in database
+# $db, postgres by default).
 sub fetched_in
 {
-	my ($calls) = @_;
-	return $node->safe_psql('postgres', qq{
+	my ($calls, $db) = @_;
+	return $node->safe_psql($db // 'postgres', qq{
 		BEGIN;
 		$calls
 		SELECT s.seq_tup_read OPERATOR(pg_catalog.+) s.idx_tup_fetch
@@ -160,14 +161,7 @@ $node->safe_psql('drained', q{
 # item is found through the primary key, one row read.
 my ($id, $token) = split /\|/, $node->safe_psql('drained',
 	"SELECT item_id, lease_token FROM queue.dequeue('stale', 'w1')");
-$out = $node->safe_psql('drained', qq{
-	BEGIN;
-	SELECT queue.complete('stale', $id, $token);
-	SELECT s.seq_tup_read OPERATOR(pg_catalog.+) s.idx_tup_fetch
-	  FROM pg_catalog.pg_stat_xact_user_tables s
-	 WHERE s.relid OPERATOR(pg_catalog.=) 'queue.item_live'::pg_catalog.regclass;
-	COMMIT;
-});
+$out = fetched_in("SELECT queue.complete('stale', $id, $token);", 'drained');
 @lines = split /\n/, $out;
 is($lines[0], 't', 'the item was completed');
 cmp_ok($lines[-1], '<=', 1, "complete read its one row of item_live (read $lines[-1])");
@@ -177,15 +171,10 @@ cmp_ok($lines[-1], '<=', 1, "complete read its one row of item_live (read $lines
 # reported are part of what pg_stat_xact_user_tables shows.)
 $node->safe_psql('drained',
 	"CREATE TABLE batch3 AS SELECT item_id, lease_token FROM queue.dequeue('stale', 'w1', 3)");
-$out = $node->safe_psql('drained', q{
-	BEGIN;
+$out = fetched_in(q{
 	SELECT queue.complete_batch('stale', pg_catalog.array_agg(item_id), pg_catalog.array_agg(lease_token))
 	  FROM batch3;
-	SELECT s.seq_tup_read OPERATOR(pg_catalog.+) s.idx_tup_fetch
-	  FROM pg_catalog.pg_stat_xact_user_tables s
-	 WHERE s.relid OPERATOR(pg_catalog.=) 'queue.item_live'::pg_catalog.regclass;
-	COMMIT;
-});
+}, 'drained');
 @lines = split /\n/, $out;
 is($lines[0], '3', 'the batch was completed');
 cmp_ok($lines[-1], '<=', 3, "complete_batch read its three rows of item_live (read $lines[-1])");
