@@ -24,7 +24,7 @@
 
 #include "postgres.h"
 
-#include "access/relscan.h"
+#include "access/genam.h"
 #include "executor/spi.h"
 #include "storage/itemptr.h"
 #include "utils/snapshot.h"
