@@ -97,6 +97,21 @@ SELECT count(*) FROM queue.dequeue('q_direct', 'w9');
 ALTER TABLE queue.item_live DROP CONSTRAINT direct_no_w9;
 SELECT count(*) AS claimed FROM queue.dequeue('q_direct', 'w9');
 
+-- case: a read-only transaction writes nothing: each call fails as its
+-- statement would
+SELECT queue.enqueue('q_direct', '{"n": 7}') AS id \gset
+BEGIN READ ONLY;
+SELECT queue.enqueue('q_direct', '{"n": 8}');
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT count(*) FROM queue.dequeue('q_direct', 'w1');
+ROLLBACK;
+SELECT lease_token AS tok FROM queue.dequeue('q_direct', 'w1') \gset
+BEGIN READ ONLY;
+SELECT queue.complete('q_direct', :id, :tok);
+ROLLBACK;
+SELECT count(*) AS still_live FROM queue.item_live WHERE item_id = :id;
+
 SELECT queue.drop_queue('q_direct', force => true);
 DROP TABLE direct_log;
 DROP FUNCTION direct_log();
