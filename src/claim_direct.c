@@ -25,7 +25,8 @@
  * the direct claim before it is locked: the claim statement takes over
  * from there, so every rare case keeps exactly one implementation.  The
  * direct claim is not used at all where its shortcuts would not hold:
- * under Citus, for 0.1.0's tables, under SERIALIZABLE, and when
+ * under Citus, for 0.1.0's tables, under SERIALIZABLE, in a read-only
+ * transaction (where the statement raises the error), and when
  * item_live has a CHECK constraint, a rule, row security or an UPDATE
  * trigger this file does not know (the known ones only ever fire for
  * items of the limited band, which is never scanned here).
@@ -188,8 +189,8 @@ load_layout(Relation rel)
 bool
 queue_claim_direct_possible(void)
 {
-	return !IsolationIsSerializable() && OidIsValid(queue_item_live_oid()) &&
-		OidIsValid(queue_claim_index_oid());
+	return !IsolationIsSerializable() && !XactReadOnly &&
+		OidIsValid(queue_item_live_oid()) && OidIsValid(queue_claim_index_oid());
 }
 
 /* The value of column c of the slot's tuple (deformed). */

@@ -24,8 +24,8 @@
  * an item whose deletion fires the flow-control trigger (a group head, a
  * limited key's lease), a trigger on either table this file does not
  * know, a rule, row security or a CHECK constraint on the history
- * partition, SERIALIZABLE isolation.  Under Citus the statement always
- * runs.
+ * partition, SERIALIZABLE isolation, a read-only transaction (the
+ * statement raises the error).  Under Citus the statement always runs.
  *
  * src/complete_direct.c
  *
@@ -244,7 +244,7 @@ queue_completer_begin(void)
 	TupleDesc	pdesc;
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 
-	if (IsolationIsSerializable() || !OidIsValid(queue_item_live_oid()))
+	if (IsolationIsSerializable() || XactReadOnly || !OidIsValid(queue_item_live_oid()))
 		return NULL;
 	done_relid = get_relname_relid("item_done", get_rel_namespace(queue_item_live_oid()));
 	if (!OidIsValid(done_relid))

@@ -193,7 +193,8 @@ queue_enqueue_direct(Datum qname, int32 priority, TimestampTz run_at, int32 max_
 	bool	   *n;
 	int64		item_id;
 
-	if (priority >= QUEUE_FLOW_BAND || !OidIsValid(queue_item_live_oid()))
+	/* a read-only transaction: the statement raises the error */
+	if (priority >= QUEUE_FLOW_BAND || XactReadOnly || !OidIsValid(queue_item_live_oid()))
 		return -1;
 	rel = table_open(queue_item_live_oid(), RowExclusiveLock);
 	if (!layout_valid)
