@@ -102,6 +102,11 @@ static bool live_valid = false;
 static bool live_usable = false;
 static AttrNumber live_attnum[NUM_LIVE_COLS];
 static Oid	pkey_relid = InvalidOid;
+static Oid	done_relid = InvalidOid;	/* item_done, the partitioned parent */
+
+/* The columns of the history partition written last, until it changes. */
+static Oid	part_relid = InvalidOid;
+static AttrNumber part_attnum[NUM_DONE_COLS];
 
 /* Relcache callback (called by queue.c's): item_live's layout is read again after a change. */
 void
@@ -109,6 +114,8 @@ queue_complete_direct_relcache(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == live_relid)
 		live_valid = false;
+	if (relid == InvalidOid || relid == part_relid)
+		part_relid = InvalidOid;
 }
 
 /* Read item_live's layout into the statics above (rel open). */
@@ -126,6 +133,9 @@ load_live_layout(Relation rel)
 	}
 	pkey_relid = RelationGetPrimaryKeyIndex(rel);
 	if (!OidIsValid(pkey_relid))
+		live_usable = false;
+	done_relid = get_relname_relid("item_done", RelationGetNamespace(rel));
+	if (!OidIsValid(done_relid))
 		live_usable = false;
 	live_relid = RelationGetRelid(rel);
 	live_valid = true;
@@ -238,16 +248,12 @@ queue_completer_begin(void)
 	Relation	live;
 	Relation	done_parent;
 	Relation	part;
-	Oid			done_relid;
 	Oid			partoid;
 	bool		is_default;
 	TupleDesc	pdesc;
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 
 	if (IsolationIsSerializable() || XactReadOnly || !OidIsValid(queue_item_live_oid()))
-		return NULL;
-	done_relid = get_relname_relid("item_done", get_rel_namespace(queue_item_live_oid()));
-	if (!OidIsValid(done_relid))
 		return NULL;
 
 	live = table_open(queue_item_live_oid(), RowExclusiveLock);
@@ -289,12 +295,17 @@ queue_completer_begin(void)
 	c->is_default = is_default;
 	c->pdesc = pdesc;
 	c->now = now;
-	for (int i = 0; i < NUM_DONE_COLS; i++)
+	if (part_relid != partoid)
 	{
-		c->done_attnum[i] = attnameAttNum(part, done_col_names[i], false);
-		if (c->done_attnum[i] <= 0)
-			elog(ERROR, "queue: column \"%s\" of item_done is missing", done_col_names[i]);
+		for (int i = 0; i < NUM_DONE_COLS; i++)
+		{
+			part_attnum[i] = attnameAttNum(part, done_col_names[i], false);
+			if (part_attnum[i] <= 0)
+				elog(ERROR, "queue: column \"%s\" of item_done is missing", done_col_names[i]);
+		}
+		part_relid = partoid;
 	}
+	memcpy(c->done_attnum, part_attnum, sizeof(part_attnum));
 	c->snapshot = queue_lookup_snapshot();
 	c->cid = GetCurrentCommandId(true);
 	c->pkey = index_open(pkey_relid, RowExclusiveLock);

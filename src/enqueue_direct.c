@@ -79,6 +79,7 @@ typedef enum DefaultKind
 typedef struct ColumnDefault
 {
 	DefaultKind kind;
+	bool		set_by_enqueue; /* one of enq_col_names but item_id */
 	Datum		value;			/* DEF_CONST (in layout_cxt) */
 	bool		isnull;
 	Oid			seq;			/* DEF_NEXTVAL */
@@ -166,6 +167,8 @@ load_layout(Relation rel)
 
 		if (att->attisdropped)
 			continue;
+		for (int c = 0; c < EC_ITEM_ID; c++)
+			defaults[a].set_by_enqueue |= (enq_attnum[c] == a + 1);
 		if (att->attgenerated || att->attidentity ||
 			!classify_default(build_column_default(rel, a + 1), att, &defaults[a]))
 			layout_usable = false;
@@ -249,11 +252,8 @@ queue_enqueue_direct(Datum qname, int32 priority, TimestampTz run_at, int32 max_
 	for (int a = 0; a < desc->natts; a++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, a);
-		bool		set_by_enqueue = false;
 
-		for (int c = 0; c < EC_ITEM_ID; c++)
-			set_by_enqueue |= (enq_attnum[c] == a + 1);
-		if (defaults[a].kind == DEF_NEXTVAL && !set_by_enqueue)
+		if (defaults[a].kind == DEF_NEXTVAL && !defaults[a].set_by_enqueue)
 		{
 			v[a] = Int64GetDatum(nextval_internal(defaults[a].seq, false));
 			n[a] = false;
