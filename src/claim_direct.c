@@ -309,7 +309,8 @@ write_lease(Relation rel, Bitmapset *updated, Snapshot snapshot,
  *		header), handing each to dc->emit.  Returns how many were claimed;
  *		dc->need_statement tells whether a candidate was left to the claim
  *		statement, dc->has_head whether any claimable row was met (its
- *		place in dc->head_priority, dc->head_visible_at, for the hint).
+ *		place in dc->head_priority, head_visible_at and head_item_id, for
+ *		the hint).
  */
 int64
 queue_claim_direct(QueueDirectClaim *dc)
@@ -317,7 +318,7 @@ queue_claim_direct(QueueDirectClaim *dc)
 	Relation	rel;
 	Relation	index;
 	ScanKeyData keys[4];
-	ScanKeyData rowkeys[2];
+	ScanKeyData rowkeys[3];
 	int			nkeys = 0;
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
@@ -349,13 +350,20 @@ queue_claim_direct(QueueDirectClaim *dc)
 						   index->rd_indcollation[0], F_TEXTEQ, dc->qname);
 	if (dc->hinted)
 	{
-		/* ROW(priority, visible_at) >= ROW(hint): compared by btree support procs */
+		/*
+		 * ROW(priority, visible_at, item_id) >= ROW(hint), compared by btree
+		 * support procs: the item id matters, as a batch enqueues all its
+		 * items with one visible_at
+		 */
 		ScanKeyEntryInitialize(&rowkeys[0], SK_ROW_MEMBER, 2, BTGreaterEqualStrategyNumber,
 							   INT4OID, InvalidOid, F_BTINT4CMP,
 							   Int32GetDatum(dc->hint_priority));
-		ScanKeyEntryInitialize(&rowkeys[1], SK_ROW_MEMBER | SK_ROW_END, 3,
+		ScanKeyEntryInitialize(&rowkeys[1], SK_ROW_MEMBER, 3,
 							   BTGreaterEqualStrategyNumber, TIMESTAMPTZOID, InvalidOid,
 							   F_TIMESTAMP_CMP, TimestampTzGetDatum(dc->hint_visible_at));
+		ScanKeyEntryInitialize(&rowkeys[2], SK_ROW_MEMBER | SK_ROW_END, 4,
+							   BTGreaterEqualStrategyNumber, INT8OID, InvalidOid,
+							   F_BTINT8CMP, Int64GetDatum(dc->hint_item_id));
 		ScanKeyEntryInitialize(&keys[nkeys++], SK_ROW_HEADER, 2, BTGreaterEqualStrategyNumber,
 							   InvalidOid, InvalidOid, InvalidOid, PointerGetDatum(rowkeys));
 	}
@@ -436,6 +444,7 @@ queue_claim_direct(QueueDirectClaim *dc)
 			dc->has_head = true;
 			dc->head_priority = DatumGetInt32(COLVAL(locked, COL_PRIORITY));
 			dc->head_visible_at = DatumGetTimestampTz(COLVAL(locked, COL_VISIBLE_AT));
+			dc->head_item_id = DatumGetInt64(COLVAL(locked, COL_ITEM_ID));
 		}
 		if (nrows == maxrows)
 		{

@@ -70,11 +70,15 @@ PG_FUNCTION_INFO_V1(queue_dequeue);
  * further on.  Normally later scans mark them dead and vacuum removes
  * them; while a snapshot older than them is held open (a long report, a
  * replica with hot_standby_feedback) neither can happen, and every claim
- * would step over all of them from the head.  So a claim whose index scan
- * returned more than queue.claim_hint_threshold entries beyond what it
- * claimed makes this backend start its next claims on that queue where it
- * found its first row (its priority and visible_at), for CLAIM_HINT_USECS.
- * Rows before that point (another session's claim rolled back, an older
+ * would step over all of them from the head.  Even entries marked dead
+ * stay on their pages until vacuum, so a queue drained in order faster
+ * than vacuum visits has every claim from the head read a growing run of
+ * pages.  So a claim whose index scan did more than
+ * queue.claim_hint_threshold entries' work beyond what it claimed
+ * (claim_index_work: entries returned and pages read) makes this backend
+ * start its next claims on that queue where it found its first row (its
+ * priority, visible_at and, for the direct claim, item_id), for
+ * CLAIM_HINT_USECS.  Rows before that point (another session's claim rolled back, an older
  * run_at, a higher priority) are collected by a claim from the head at
  * least every CLAIM_HINT_REFRESH_USECS, which also re-measures, and
  * whenever a hinted claim comes back short.  Only a backend that measured
@@ -89,6 +93,7 @@ typedef struct ClaimHint
 	char		queue[QUEUE_NAME_MAXLEN + 1];	/* "" = free slot */
 	int32		priority;		/* where the last claim found its rows */
 	TimestampTz visible_at;
+	int64		item_id;		/* PG_INT64_MIN where the claim statement set it */
 	TimestampTz until;			/* claim from there until then */
 	TimestampTz next_full;		/* next claim from the head */
 } ClaimHint;
@@ -407,16 +412,39 @@ claim_hint_slot(const char *queue, bool create)
 	return oldest;
 }
 
-/* Entries the claim index returned to scans of this backend, so far. */
+/*
+ * claim_index_work
+ *		The work claim scans of this backend did in the claim index so far,
+ *		in index entries: the entries it returned, plus CLAIM_PAGE_ENTRIES
+ *		for each page read.  Entries that scans have already marked dead
+ *		are not returned but their pages are still read, one by one, until
+ *		vacuum removes them: a queue drained in order faster than vacuum
+ *		visits keeps a growing run of such pages in front of its head.
+ *		A claim's own work is the difference of two calls, less
+ *		CLAIM_DESCENT_PAGES pages for the way down the tree.
+ */
+#define CLAIM_PAGE_ENTRIES	16
+#define CLAIM_DESCENT_PAGES	4
+
 static int64
-claim_index_entries(Oid indexoid)
+claim_index_work(Oid indexoid)
 {
 	PgStat_TableStatus *ts;
 
 	if (!OidIsValid(indexoid))
 		return 0;
 	ts = find_tabstat_entry(indexoid);
-	return ts ? ts->t_counts.t_tuples_returned : 0;
+	return ts ? ts->t_counts.t_tuples_returned +
+		CLAIM_PAGE_ENTRIES * ts->t_counts.t_blocks_fetched : 0;
+}
+
+/* Did a claim that got `got` rows step over more than the threshold? */
+static bool
+claim_stepped_far(int64 work, int64 got)
+{
+	return queue_claim_hint_threshold >= 0 &&
+		work - CLAIM_PAGE_ENTRIES * CLAIM_DESCENT_PAGES >
+		got + queue_claim_hint_threshold;
 }
 
 /* What claim_items needs of its dequeue call. */
@@ -562,7 +590,7 @@ claim_direct_round(ClaimContext *ctx, int64 limit, int stripe, bool *need_statem
 		ClaimHint  *hint = claim_hint_slot(ctx->queue, false);
 		TimestampTz now = GetCurrentTimestamp();
 		bool		hinted = hint != NULL && now < hint->until && now < hint->next_full;
-		int64		entries_before = claim_index_entries(ctx->claim_index);
+		int64		work_before = claim_index_work(ctx->claim_index);
 		int64		got;
 
 		CHECK_FOR_INTERRUPTS();
@@ -574,15 +602,15 @@ claim_direct_round(ClaimContext *ctx, int64 limit, int stripe, bool *need_statem
 		dc.hinted = hinted;
 		dc.hint_priority = hinted ? hint->priority : 0;
 		dc.hint_visible_at = hinted ? hint->visible_at : 0;
+		dc.hint_item_id = hinted ? hint->item_id : 0;
 		dc.emit = direct_emit;
 		dc.emit_arg = &de;
 		got = queue_claim_direct(&dc);
 		nclaimed += got;
 
 		/* measure the scan and move the hint, as claim_round does */
-		if (!hinted && queue_claim_hint_threshold >= 0 &&
-			claim_index_entries(ctx->claim_index) - entries_before >
-			got + queue_claim_hint_threshold)
+		if (!hinted &&
+			claim_stepped_far(claim_index_work(ctx->claim_index) - work_before, got))
 		{
 			hint = claim_hint_slot(ctx->queue, true);
 			hint->until = now + CLAIM_HINT_USECS;
@@ -593,6 +621,7 @@ claim_direct_round(ClaimContext *ctx, int64 limit, int stripe, bool *need_statem
 		{
 			hint->priority = dc.head_priority;
 			hint->visible_at = dc.head_visible_at;
+			hint->item_id = dc.head_item_id;
 		}
 		if (dc.need_statement)
 		{
@@ -651,7 +680,7 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 		ClaimHint  *hint = lane ? NULL : claim_hint_slot(ctx->queue, false);
 		TimestampTz now = GetCurrentTimestamp();
 		bool		hinted = hint != NULL && now < hint->until && now < hint->next_full;
-		int64		entries_before = claim_index_entries(ctx->claim_index);
+		int64		work_before = claim_index_work(ctx->claim_index);
 
 		CHECK_FOR_INTERRUPTS();
 		values[0] = ctx->qname;
@@ -693,9 +722,9 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 		nrows = SPI_processed;
 
 		/* measure the scan and move the hint (see claim hints above) */
-		if (!lane && !hinted && queue_claim_hint_threshold >= 0 &&
-			claim_index_entries(ctx->claim_index) - entries_before >
-			(int64) nrows + queue_claim_hint_threshold)
+		if (!lane && !hinted &&
+			claim_stepped_far(claim_index_work(ctx->claim_index) - work_before,
+							  (int64) nrows))
 		{
 			hint = claim_hint_slot(ctx->queue, true);
 			hint->until = now + CLAIM_HINT_USECS;
@@ -713,6 +742,7 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 
 			hint->priority = DatumGetInt32(SPI_getbinval(head, tuptable->tupdesc, 12, &isnull));
 			hint->visible_at = DatumGetTimestampTz(SPI_getbinval(head, tuptable->tupdesc, 13, &isnull));
+			hint->item_id = PG_INT64_MIN;
 		}
 
 		if (nrows == 0)

@@ -233,9 +233,11 @@ typedef struct QueueDirectClaim
 	Interval   *lease;			/* lease of each claim */
 	int			stripe;			/* max_in_flight stripe charged, -1 for none */
 	int64		limit;			/* most items to claim */
-	bool		hinted;			/* start at (hint_priority, hint_visible_at) */
+	bool		hinted;			/* start at the hint's (priority, visible_at,
+								 * item_id) */
 	int32		hint_priority;
 	TimestampTz hint_visible_at;
+	int64		hint_item_id;
 	void		(*emit) (void *arg, Datum *values, bool *nulls);	/* per claimed row */
 	void	   *emit_arg;
 	/* out */
@@ -243,6 +245,7 @@ typedef struct QueueDirectClaim
 	bool		has_head;		/* a claimable row was met: where */
 	int32		head_priority;
 	TimestampTz head_visible_at;
+	int64		head_item_id;
 } QueueDirectClaim;
 extern void queue_claim_direct_relcache(Datum arg, Oid relid);
 extern bool queue_triggers_known(Relation rel, int16 event, const char *const *known, int n);
