@@ -33,6 +33,22 @@ SELECT count(*) AS claimed FROM generate_series(1, 20) AS i,
 SELECT pg_stat_force_next_flush();
 SELECT idx_blks_hit + idx_blks_read - :blocks_before < 1000 AS dead_pages_read_once
   FROM pg_statio_user_indexes WHERE indexrelname = 'item_live_claim_idx';
+-- a hinted claim still takes an urgent item first: the priorities above
+-- the hint's are looked at from the head (all in one block, so the hint,
+-- taken by the first claim of a new session, is certainly in force)
+\c
+SET client_min_messages = warning;
+CREATE TEMP TABLE taken (n int, what text);
+DO $$
+BEGIN
+  INSERT INTO taken SELECT 1, payload->>'n' FROM queue.dequeue('dp', 'w3');
+  PERFORM queue.enqueue('dp', '{"n": "later"}', priority => 5);
+  PERFORM queue.enqueue('dp', '{"n": "urgent"}', priority => 0);
+  INSERT INTO taken SELECT 2, payload->>'n' FROM queue.dequeue('dp', 'w3');
+  INSERT INTO taken SELECT 3, coalesce(payload->>'n', 'plain') FROM queue.dequeue('dp', 'w3');
+END $$;
+SELECT n, coalesce(what, 'plain') AS taken FROM taken ORDER BY n;
+
 -- the pages are really there: a claim from the head, in a session without
 -- a hint, reads them
 \c
