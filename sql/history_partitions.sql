@@ -52,7 +52,7 @@ SELECT state FROM queue.item('hp', (SELECT min(item_id) FROM queue.item_done WHE
 INSERT INTO queue.item_done (queue_name, item_id, payload, attempts, enqueued_at, completed_at)
 VALUES ('hp', -1, '{"old": true}', 1, now() - interval '8 days', now() - interval '7 days'),
        ('hp', -2, '{"future": true}', 1, now(), now() + interval '30 days'),
-       ('hp', -3, '{"tomorrow": true}', 1, now(), date_bin('1 day', now(), '2000-01-03') + interval '1 day 1 hour');
+       ('hp', -3, '{"tomorrow": true}', 1, now(), date_bin('1 day', now(), '2000-01-03 00:00:00+00') + interval '1 day 1 hour');
 
 -- case: maintain_history creates the partitions of the next two slots for
 -- each table, never one that covers the present (rows of today stay in the
@@ -109,7 +109,7 @@ SELECT queue.drop_queue('hp_long', force => true);
 SELECT queue.create_queue('hp_gone');
 SELECT queue.drop_queue('hp_gone');
 -- (its event as if dropped tomorrow, in the first partition)
-UPDATE queue.events SET at = date_bin('1 day', now(), '2000-01-03') + interval '1 day 1 hour'
+UPDATE queue.events SET at = date_bin('1 day', now(), '2000-01-03 00:00:00+00') + interval '1 day 1 hour'
  WHERE queue_name = 'hp_gone' AND kind = 'queue_dropped';
 SELECT queue._history_drop('events', now() + interval '4 days') AS dropped_with_recent_drop;
 SELECT queue._history_drop('events', now() + interval '9 days') AS dropped_a_week_later;
@@ -120,7 +120,7 @@ SELECT * FROM pg_temp.layout() WHERE table_name = 'events';
 -- deletes its rows past it in every partition
 SELECT queue.create_queue('hp_short', retention => '1 hour');
 INSERT INTO queue.item_done (queue_name, item_id, payload, attempts, enqueued_at, completed_at)
-SELECT q, g, '{}', 1, now(), date_bin('1 day', now(), '2000-01-03') + interval '2 days 1 hour'
+SELECT q, g, '{}', 1, now(), date_bin('1 day', now(), '2000-01-03 00:00:00+00') + interval '2 days 1 hour'
   FROM unnest(ARRAY['hp', 'hp_short']) q, generate_series(1, 3) g;
 SELECT count(*) AS in_range_partition FROM queue.item_done
  WHERE queue_name LIKE 'hp%' AND tableoid::regclass::text ~ '^queue\.item_done_p\d{8}$';
