@@ -303,14 +303,121 @@ write_lease(Relation rel, Bitmapset *updated, Snapshot snapshot,
 	dc->emit(dc->emit_arg, out, outnull);
 }
 
+/* The rows one direct claim has found and locked so far. */
+typedef struct ClaimScan
+{
+	QueueDirectClaim *dc;
+	Relation	rel;
+	Relation	index;
+	Snapshot	snapshot;
+	TimestampTz now;
+	int			lockflags;
+	TupleTableSlot *slot;
+	TupleTableSlot *locked;
+	HeapTuple  *rows;
+	int64		nrows;
+	int64		maxrows;
+} ClaimScan;
+
+/*
+ * scan_candidates
+ *		Walk the claim index with `keys`, locking claimable rows into
+ *		cs->rows until dc->limit rows are held, the scan ends, or a
+ *		candidate needs the statement (dc->need_statement).  With
+ *		set_head, the first row locked is recorded as the queue's head
+ *		(dc->has_head and its place, for the hint).
+ */
+static void
+scan_candidates(ClaimScan *cs, ScanKey keys, int nkeys, bool set_head)
+{
+	QueueDirectClaim *dc = cs->dc;
+	IndexScanDesc scan;
+
+	scan = index_beginscan(cs->rel, cs->index, cs->snapshot, nkeys, 0);
+	index_rescan(scan, keys, nkeys, NULL, 0);
+	while (cs->nrows < dc->limit &&
+		   index_getnext_slot(scan, ForwardScanDirection, cs->slot))
+	{
+		TM_FailureData tmfd;
+		TM_Result	result;
+		CandKind	kind;
+		ItemPointerData tid;
+
+		CHECK_FOR_INTERRUPTS();
+		kind = classify(cs->slot, dc->qname, cs->now);
+		if (kind == CAND_STATEMENT)
+		{
+			dc->need_statement = true;
+			break;
+		}
+		if (kind == CAND_PASS)
+			continue;
+
+		tid = cs->slot->tts_tid;
+		result = table_tuple_lock(cs->rel, &tid, cs->snapshot, cs->locked,
+								  GetCurrentCommandId(true), LockTupleExclusive,
+								  LockWaitSkip, cs->lockflags, &tmfd);
+		switch (result)
+		{
+			case TM_Ok:
+				break;
+			case TM_WouldBlock:		/* SKIP LOCKED */
+			case TM_SelfModified:	/* changed by this transaction already */
+			case TM_Deleted:
+				continue;
+			case TM_Updated:
+				/* only without FIND_LAST_VERSION: REPEATABLE READ */
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("could not serialize access due to concurrent update")));
+				break;
+			default:
+				elog(ERROR, "queue: unexpected result %d locking an item", (int) result);
+		}
+		/* a newer version than the scan saw: check it like EvalPlanQual */
+		if (tmfd.traversed)
+		{
+			kind = classify(cs->locked, dc->qname, cs->now);
+			if (kind == CAND_STATEMENT)
+			{
+				dc->need_statement = true;
+				break;
+			}
+			if (kind == CAND_PASS)
+				continue;
+		}
+		else
+			slot_getallattrs(cs->locked);
+
+		if (set_head && !dc->has_head)
+		{
+			dc->has_head = true;
+			dc->head_priority = DatumGetInt32(COLVAL(cs->locked, COL_PRIORITY));
+			dc->head_visible_at = DatumGetTimestampTz(COLVAL(cs->locked, COL_VISIBLE_AT));
+			dc->head_item_id = DatumGetInt64(COLVAL(cs->locked, COL_ITEM_ID));
+		}
+		if (cs->nrows == cs->maxrows)
+		{
+			cs->maxrows *= 2;
+			cs->rows = repalloc(cs->rows, sizeof(HeapTuple) * cs->maxrows);
+		}
+		cs->rows[cs->nrows++] = ExecCopySlotHeapTuple(cs->locked);
+	}
+	index_endscan(scan);
+}
+
 /*
  * queue_claim_direct
  *		Claim up to dc->limit items of dc->qname for dc->worker (see the
  *		header), handing each to dc->emit.  Returns how many were claimed;
  *		dc->need_statement tells whether a candidate was left to the claim
- *		statement, dc->has_head whether any claimable row was met (its
- *		place in dc->head_priority, head_visible_at and head_item_id, for
- *		the hint).
+ *		statement, dc->has_head whether any claimable row was met at or
+ *		past the hint (its place in dc->head_priority, head_visible_at and
+ *		head_item_id, for the hint).
+ *
+ *		A hinted claim first looks from the head at the priorities above
+ *		the hint's (usually none, one descent of the index), so an urgent
+ *		item is never passed over for the hint; then from the hint on.
  */
 int64
 queue_claim_direct(QueueDirectClaim *dc)
@@ -320,15 +427,11 @@ queue_claim_direct(QueueDirectClaim *dc)
 	ScanKeyData keys[4];
 	ScanKeyData rowkeys[3];
 	int			nkeys = 0;
-	IndexScanDesc scan;
-	TupleTableSlot *slot;
-	TupleTableSlot *locked;
+	ClaimScan	cs;
 	Snapshot	snapshot;
 	TimestampTz now = GetCurrentStatementStartTimestamp();
 	HeapTuple  *rows;
-	int64		nrows = 0;
-	int64		maxrows;
-	int			lockflags = IsolationUsesXactSnapshot() ? 0 : TUPLE_LOCK_FLAG_FIND_LAST_VERSION;
+	int64		nrows;
 
 	dc->need_statement = false;
 	dc->has_head = false;
@@ -345,9 +448,38 @@ queue_claim_direct(QueueDirectClaim *dc)
 	}
 	index = index_open(queue_claim_index_oid(), RowExclusiveLock);
 
-	/* (queue_name, priority, visible_at, item_id): keys in column order */
+	cs.dc = dc;
+	cs.rel = rel;
+	cs.index = index;
+	cs.snapshot = snapshot;
+	cs.now = now;
+	cs.lockflags = IsolationUsesXactSnapshot() ? 0 : TUPLE_LOCK_FLAG_FIND_LAST_VERSION;
+	cs.slot = table_slot_create(rel, NULL);
+	cs.locked = table_slot_create(rel, NULL);
+	cs.maxrows = Min(dc->limit, 1024);
+	cs.rows = palloc(sizeof(HeapTuple) * cs.maxrows);
+	cs.nrows = 0;
+
+	/*
+	 * Find and lock the rows first, write their leases after the scans
+	 * have ended: a scan marks the index entries of dead rows it stepped
+	 * over as dead when it leaves their page, but only when the page has
+	 * not changed since it was read, which our own new entries would
+	 * prevent.
+	 *
+	 * Keys in column order of (queue_name, priority, visible_at, item_id).
+	 */
 	ScanKeyEntryInitialize(&keys[nkeys++], 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   index->rd_indcollation[0], F_TEXTEQ, dc->qname);
+	if (dc->hinted && dc->hint_priority > 0)
+	{
+		/* the priorities above the hint's, from the head */
+		ScanKeyEntryInitialize(&keys[1], 0, 2, BTLessStrategyNumber, InvalidOid,
+							   InvalidOid, F_INT4LT, Int32GetDatum(dc->hint_priority));
+		ScanKeyEntryInitialize(&keys[2], 0, 3, BTLessEqualStrategyNumber, InvalidOid,
+							   InvalidOid, F_TIMESTAMPTZ_LE, TimestampTzGetDatum(now));
+		scan_candidates(&cs, keys, 3, false);
+	}
 	if (dc->hinted)
 	{
 		/*
@@ -371,91 +503,12 @@ queue_claim_direct(QueueDirectClaim *dc)
 						   InvalidOid, F_INT4LT, Int32GetDatum(QUEUE_FLOW_BAND));
 	ScanKeyEntryInitialize(&keys[nkeys++], 0, 3, BTLessEqualStrategyNumber, InvalidOid,
 						   InvalidOid, F_TIMESTAMPTZ_LE, TimestampTzGetDatum(now));
-
-	slot = table_slot_create(rel, NULL);
-	locked = table_slot_create(rel, NULL);
-	scan = index_beginscan(rel, index, snapshot, nkeys, 0);
-	index_rescan(scan, keys, nkeys, NULL, 0);
-	rows = palloc(sizeof(HeapTuple) * Min(dc->limit, 1024));
-	maxrows = Min(dc->limit, 1024);
-
-	/*
-	 * Find and lock the rows first, write their leases after the scan has
-	 * ended: the scan marks the index entries of dead rows it stepped over
-	 * as dead when it leaves their page, but only when the page has not
-	 * changed since it was read, which our own new entries would prevent.
-	 */
-	while (nrows < dc->limit &&
-		   index_getnext_slot(scan, ForwardScanDirection, slot))
-	{
-		TM_FailureData tmfd;
-		TM_Result	result;
-		CandKind	kind;
-		ItemPointerData tid;
-
-		CHECK_FOR_INTERRUPTS();
-		kind = classify(slot, dc->qname, now);
-		if (kind == CAND_STATEMENT)
-		{
-			dc->need_statement = true;
-			break;
-		}
-		if (kind == CAND_PASS)
-			continue;
-
-		tid = slot->tts_tid;
-		result = table_tuple_lock(rel, &tid, snapshot, locked,
-								  GetCurrentCommandId(true), LockTupleExclusive,
-								  LockWaitSkip, lockflags, &tmfd);
-		switch (result)
-		{
-			case TM_Ok:
-				break;
-			case TM_WouldBlock:		/* SKIP LOCKED */
-			case TM_SelfModified:	/* changed by this transaction already */
-			case TM_Deleted:
-				continue;
-			case TM_Updated:
-				/* only without FIND_LAST_VERSION: REPEATABLE READ */
-				ereport(ERROR,
-						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-						 errmsg("could not serialize access due to concurrent update")));
-				break;
-			default:
-				elog(ERROR, "queue: unexpected result %d locking an item", (int) result);
-		}
-		/* a newer version than the scan saw: check it like EvalPlanQual */
-		if (tmfd.traversed)
-		{
-			kind = classify(locked, dc->qname, now);
-			if (kind == CAND_STATEMENT)
-			{
-				dc->need_statement = true;
-				break;
-			}
-			if (kind == CAND_PASS)
-				continue;
-		}
-		else
-			slot_getallattrs(locked);
-
-		if (!dc->has_head)
-		{
-			dc->has_head = true;
-			dc->head_priority = DatumGetInt32(COLVAL(locked, COL_PRIORITY));
-			dc->head_visible_at = DatumGetTimestampTz(COLVAL(locked, COL_VISIBLE_AT));
-			dc->head_item_id = DatumGetInt64(COLVAL(locked, COL_ITEM_ID));
-		}
-		if (nrows == maxrows)
-		{
-			maxrows *= 2;
-			rows = repalloc(rows, sizeof(HeapTuple) * maxrows);
-		}
-		rows[nrows++] = ExecCopySlotHeapTuple(locked);
-	}
-	index_endscan(scan);
-	ExecDropSingleTupleTableSlot(locked);
-	ExecDropSingleTupleTableSlot(slot);
+	if (cs.nrows < dc->limit && !dc->need_statement)
+		scan_candidates(&cs, keys, nkeys, true);
+	ExecDropSingleTupleTableSlot(cs.locked);
+	ExecDropSingleTupleTableSlot(cs.slot);
+	rows = cs.rows;
+	nrows = cs.nrows;
 
 	if (nrows > 0)
 	{
