@@ -48,6 +48,21 @@ BEGIN
   INSERT INTO taken SELECT 3, coalesce(payload->>'n', 'plain') FROM queue.dequeue('dp', 'w3');
 END $$;
 SELECT n, coalesce(what, 'plain') AS taken FROM taken ORDER BY n;
+-- the same through the claim statement (SERIALIZABLE takes it)
+\c
+SET client_min_messages = warning;
+CREATE TEMP TABLE taken (n int, what text);
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+DO $$
+BEGIN
+  INSERT INTO taken SELECT 1, payload->>'n' FROM queue.dequeue('dp', 'w4');
+  PERFORM queue.enqueue('dp', '{"n": "later"}', priority => 5);
+  PERFORM queue.enqueue('dp', '{"n": "urgent"}', priority => 0);
+  INSERT INTO taken SELECT 2, payload->>'n' FROM queue.dequeue('dp', 'w4');
+  INSERT INTO taken SELECT 3, coalesce(payload->>'n', 'plain') FROM queue.dequeue('dp', 'w4');
+END $$;
+COMMIT;
+SELECT n, coalesce(what, 'plain') AS taken FROM taken ORDER BY n;
 
 -- the pages are really there: a claim from the head, in a session without
 -- a hint, reads them
