@@ -133,6 +133,7 @@ static SPIPlanPtr bury_plan = NULL;
 static SPIPlanPtr lost_plan = NULL;
 static SPIPlanPtr claimed_event_plan = NULL;
 static SPIPlanPtr lane_claim_plan = NULL;
+static SPIPlanPtr higher_plan = NULL;
 
 /*
  * The claim statement returns the leased rows first (their lease, no
@@ -215,6 +216,16 @@ static SPIPlanPtr lane_claim_plan = NULL;
 #define CLAIM_HINT_START "     AND ROW(i.priority, i.visible_at)" OP(">=") "ROW($6, $7) "
 #define HINTED_CLAIM_SQL CLAIM_SQL_WITH(UNLIMITED CLAIM_HINT_START ROUTED, CLAIM_LOST, CLAIM_SET)
 #define HINTED_CLAIM_SQL_V1 CLAIM_SQL_WITH(CLAIM_HINT_START, CLAIM_LOST_V1, "")
+
+/*
+ * Is an item of a higher priority than the hint's claimable?  The hinted
+ * statement starts at the hint and would pass it over; the direct claim
+ * looks at those priorities itself (claim_direct.c).
+ */
+#define HIGHER_SQL \
+	"SELECT 1 FROM queue.item_live i " \
+	" WHERE i.queue_name" OP("=") "$1 AND i.priority" OP("<") "$2 " \
+	"   AND i.visible_at" OP("<=") "pg_catalog.statement_timestamp() LIMIT 1"
 
 /* One limited key's items (item_live_limit_claim_idx); 0.2.0 only. */
 #define LANE_CLAIM_SQL \
@@ -680,9 +691,20 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 		ClaimHint  *hint = lane ? NULL : claim_hint_slot(ctx->queue, false);
 		TimestampTz now = GetCurrentTimestamp();
 		bool		hinted = hint != NULL && now < hint->until && now < hint->next_full;
-		int64		work_before = claim_index_work(ctx->claim_index);
+		int64		work_before;
 
 		CHECK_FOR_INTERRUPTS();
+		if (hinted && hint->priority > 0)
+		{
+			Oid			ht[2] = {TEXTOID, INT4OID};
+			Datum		hv[2] = {ctx->qname, Int32GetDatum(hint->priority)};
+
+			queue_spi_exec(queue_prepare_cached(&higher_plan, HIGHER_SQL, 2, ht),
+						   hv, NULL, true, 1, SPI_OK_SELECT, "claim");
+			if (SPI_processed > 0)
+				hinted = false; /* from the head this time */
+		}
+		work_before = claim_index_work(ctx->claim_index);
 		values[0] = ctx->qname;
 		values[1] = Int32GetDatum((int32) (limit - nclaimed));
 		values[2] = ctx->worker;
