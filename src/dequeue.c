@@ -78,11 +78,14 @@ PG_FUNCTION_INFO_V1(queue_dequeue);
  * (claim_index_work: entries returned and pages read) makes this backend
  * start its next claims on that queue where it found its first row (its
  * priority, visible_at and, for the direct claim, item_id), for
- * CLAIM_HINT_USECS.  Rows before that point (another session's claim rolled back, an older
- * run_at, a higher priority) are collected by a claim from the head at
- * least every CLAIM_HINT_REFRESH_USECS, which also re-measures, and
- * whenever a hinted claim comes back short.  Only a backend that measured
- * such a head ever claims out of strict order, and for at most that long.
+ * CLAIM_HINT_USECS.  A higher priority than the hint's is still looked at
+ * from the head first (the direct claim scans it, the statement path
+ * checks for it: HIGHER_SQL).  Rows of the hint's priority before that
+ * point (another session's claim rolled back, an older run_at) are
+ * collected by a claim from the head at least every
+ * CLAIM_HINT_REFRESH_USECS, which also re-measures, and whenever a hinted
+ * claim comes back short.  Only a backend that measured such a head ever
+ * claims out of strict order, and for at most that long.
  */
 #define CLAIM_HINT_SLOTS			8
 #define CLAIM_HINT_USECS			(10 * USECS_PER_SEC)
