@@ -34,35 +34,27 @@ SELECT pg_stat_force_next_flush();
 SELECT idx_blks_hit + idx_blks_read - :blocks_before < 1000 AS dead_pages_read_once
   FROM pg_statio_user_indexes WHERE indexrelname = 'item_live_claim_idx';
 -- a hinted claim still takes an urgent item first: the priorities above
--- the hint's are looked at from the head (all in one block, so the hint,
--- taken by the first claim of a new session, is certainly in force)
-\c
-SET client_min_messages = warning;
-CREATE TEMP TABLE taken (n int, what text);
-DO $$
+-- the hint's are looked at from the head.  One call makes the first claim
+-- of a new session (which takes the hint), enqueues a later and an urgent
+-- item, and claims twice, so the hint is certainly in force.
+CREATE FUNCTION dp_take(worker text) RETURNS TABLE (n int, taken text)
+LANGUAGE plpgsql AS $$
 BEGIN
-  INSERT INTO taken SELECT 1, payload->>'n' FROM queue.dequeue('dp', 'w3');
+  RETURN QUERY SELECT 1, coalesce(payload->>'n', 'plain') FROM queue.dequeue('dp', worker);
   PERFORM queue.enqueue('dp', '{"n": "later"}', priority => 5);
   PERFORM queue.enqueue('dp', '{"n": "urgent"}', priority => 0);
-  INSERT INTO taken SELECT 2, payload->>'n' FROM queue.dequeue('dp', 'w3');
-  INSERT INTO taken SELECT 3, coalesce(payload->>'n', 'plain') FROM queue.dequeue('dp', 'w3');
+  RETURN QUERY SELECT 2, coalesce(payload->>'n', 'plain') FROM queue.dequeue('dp', worker);
+  RETURN QUERY SELECT 3, coalesce(payload->>'n', 'plain') FROM queue.dequeue('dp', worker);
 END $$;
-SELECT n, coalesce(what, 'plain') AS taken FROM taken ORDER BY n;
+\c
+SET client_min_messages = warning;
+SELECT * FROM dp_take('w3');
 -- the same through the claim statement (SERIALIZABLE takes it)
 \c
 SET client_min_messages = warning;
-CREATE TEMP TABLE taken (n int, what text);
 BEGIN ISOLATION LEVEL SERIALIZABLE;
-DO $$
-BEGIN
-  INSERT INTO taken SELECT 1, payload->>'n' FROM queue.dequeue('dp', 'w4');
-  PERFORM queue.enqueue('dp', '{"n": "later"}', priority => 5);
-  PERFORM queue.enqueue('dp', '{"n": "urgent"}', priority => 0);
-  INSERT INTO taken SELECT 2, payload->>'n' FROM queue.dequeue('dp', 'w4');
-  INSERT INTO taken SELECT 3, coalesce(payload->>'n', 'plain') FROM queue.dequeue('dp', 'w4');
-END $$;
+SELECT * FROM dp_take('w4');
 COMMIT;
-SELECT n, coalesce(what, 'plain') AS taken FROM taken ORDER BY n;
 
 -- the pages are really there: a claim from the head, in a session without
 -- a hint, reads them
@@ -78,4 +70,5 @@ SELECT idx_blks_hit + idx_blks_read - :blocks_before > 100 AS head_is_long
   FROM pg_statio_user_indexes WHERE indexrelname = 'item_live_claim_idx';
 RESET queue.claim_hint_threshold;
 SELECT queue.drop_queue('dp', force => true);
+DROP FUNCTION dp_take(text);
 ALTER TABLE queue.item_live RESET (autovacuum_enabled);
