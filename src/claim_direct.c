@@ -425,6 +425,7 @@ queue_claim_direct(QueueDirectClaim *dc)
 	Relation	rel;
 	Relation	index;
 	ScanKeyData keys[4];
+	ScanKeyData higher[3];
 	ScanKeyData rowkeys[3];
 	int			nkeys = 0;
 	ClaimScan	cs;
@@ -474,11 +475,12 @@ queue_claim_direct(QueueDirectClaim *dc)
 	if (dc->hinted && dc->hint_priority > 0)
 	{
 		/* the priorities above the hint's, from the head */
-		ScanKeyEntryInitialize(&keys[1], 0, 2, BTLessStrategyNumber, InvalidOid,
+		higher[0] = keys[0];
+		ScanKeyEntryInitialize(&higher[1], 0, 2, BTLessStrategyNumber, InvalidOid,
 							   InvalidOid, F_INT4LT, Int32GetDatum(dc->hint_priority));
-		ScanKeyEntryInitialize(&keys[2], 0, 3, BTLessEqualStrategyNumber, InvalidOid,
+		ScanKeyEntryInitialize(&higher[2], 0, 3, BTLessEqualStrategyNumber, InvalidOid,
 							   InvalidOid, F_TIMESTAMPTZ_LE, TimestampTzGetDatum(now));
-		scan_candidates(&cs, keys, 3, false);
+		scan_candidates(&cs, higher, 3, false);
 	}
 	if (dc->hinted)
 	{
