@@ -18,6 +18,7 @@ PREVVERSION = 0.1.0
 MODULE_big = queue
 OBJS = \
 	src/queue.o \
+	src/statement_scope.o \
 	src/distributed.o \
 	src/validate.o \
 	src/config.o \

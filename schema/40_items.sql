@@ -1,8 +1,11 @@
 -- ======================================================================
 -- Items: producing, consuming (C hot path), operator actions, views
 --
--- The C functions pin search_path like every SECURITY DEFINER function,
--- and the statements they run qualify their names besides (src/queue.h).
+-- The C functions carry no SET clauses: PostgreSQL would apply and undo
+-- them through the GUC machinery on every call.  Their statements run with
+-- pg_catalog as the whole search path and without JIT instead, set where
+-- they connect to SPI (src/statement_scope.c), and qualify their names
+-- besides (src/queue.h).
 -- ======================================================================
 
 CREATE FUNCTION queue.enqueue(
@@ -18,7 +21,6 @@ CREATE FUNCTION queue.enqueue(
     limit_key      text        DEFAULT NULL,
     requires       text[]      DEFAULT NULL)
 RETURNS bigint LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp SET jit = off
 AS 'MODULE_PATHNAME', 'queue_enqueue';
 COMMENT ON FUNCTION queue.enqueue(text, jsonb, int, timestamptz, text, timestamptz, int, text, text, text, text[])
     IS 'Adds an item; with a dedup_key held by a live item returns that item''s id instead';
@@ -35,7 +37,6 @@ CREATE FUNCTION queue.enqueue_batch(
     limit_keys   text[]      DEFAULT NULL,
     requires     text[]      DEFAULT NULL)
 RETURNS SETOF bigint LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp SET jit = off
 AS 'MODULE_PATHNAME', 'queue_enqueue_batch';
 COMMENT ON FUNCTION queue.enqueue_batch(text, jsonb[], int, timestamptz, text[], timestamptz, int, text[], text[], text[])
     IS 'Adds many items in one call; returns their ids in input order';
@@ -49,7 +50,6 @@ RETURNS TABLE (item_id bigint, lease_token bigint, payload jsonb, progress jsonb
                attempt int, max_attempts int, priority int, enqueued_at timestamptz,
                lease_expires_at timestamptz, dedup_key text, correlation_id text)
 LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER ROWS 1
-SET search_path = pg_catalog, pg_temp SET jit = off
 AS 'MODULE_PATHNAME', 'queue_dequeue';
 COMMENT ON FUNCTION queue.dequeue(text, text, int, interval)
     IS 'Claims up to batch_size items under a lease with a fencing token';
@@ -57,7 +57,6 @@ COMMENT ON FUNCTION queue.dequeue(text, text, int, interval)
 CREATE FUNCTION queue.complete(queue_name text, item_id bigint, lease_token bigint,
                                result jsonb DEFAULT NULL)
 RETURNS boolean LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp SET jit = off
 AS 'MODULE_PATHNAME', 'queue_complete';
 COMMENT ON FUNCTION queue.complete(text, bigint, bigint, jsonb)
     IS 'Moves a leased item to the history; false if the lease is not current';
@@ -65,7 +64,6 @@ COMMENT ON FUNCTION queue.complete(text, bigint, bigint, jsonb)
 CREATE FUNCTION queue.complete_batch(queue_name text, item_ids bigint[], lease_tokens bigint[],
                                      result jsonb DEFAULT NULL)
 RETURNS int LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp SET jit = off
 AS 'MODULE_PATHNAME', 'queue_complete_batch';
 COMMENT ON FUNCTION queue.complete_batch(text, bigint[], bigint[], jsonb)
     IS 'Completes the items whose lease tokens are current; returns how many';
@@ -74,7 +72,6 @@ CREATE FUNCTION queue.fail(queue_name text, item_id bigint, lease_token bigint, 
                            error_code text DEFAULT NULL, permanent boolean DEFAULT false,
                            retry_in interval DEFAULT NULL)
 RETURNS text LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp SET jit = off
 AS 'MODULE_PATHNAME', 'queue_fail';
 COMMENT ON FUNCTION queue.fail(text, bigint, bigint, text, text, boolean, interval)
     IS 'Reports a failed attempt: ''retrying'' (backoff) or ''dead'' (dead letter); NULL if the lease is not current';
@@ -82,7 +79,6 @@ COMMENT ON FUNCTION queue.fail(text, bigint, bigint, text, text, boolean, interv
 CREATE FUNCTION queue.release(queue_name text, item_id bigint, lease_token bigint,
                               run_at timestamptz DEFAULT now())
 RETURNS boolean LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp SET jit = off
 AS 'MODULE_PATHNAME', 'queue_release';
 COMMENT ON FUNCTION queue.release(text, bigint, bigint, timestamptz)
     IS 'Gives a leased item back without counting the attempt';
@@ -90,7 +86,6 @@ COMMENT ON FUNCTION queue.release(text, bigint, bigint, timestamptz)
 CREATE FUNCTION queue.extend_lease(queue_name text, item_id bigint, lease_token bigint,
                                    extend_by interval DEFAULT NULL)
 RETURNS timestamptz LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp SET jit = off
 AS 'MODULE_PATHNAME', 'queue_extend_lease';
 COMMENT ON FUNCTION queue.extend_lease(text, bigint, bigint, interval)
     IS 'Moves the lease''s expiry to now() + extend_by; NULL if the lease is lost';
@@ -98,7 +93,6 @@ COMMENT ON FUNCTION queue.extend_lease(text, bigint, bigint, interval)
 CREATE FUNCTION queue.checkpoint(queue_name text, item_id bigint, lease_token bigint,
                                  progress jsonb)
 RETURNS boolean LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp SET jit = off
 AS 'MODULE_PATHNAME', 'queue_checkpoint';
 COMMENT ON FUNCTION queue.checkpoint(text, bigint, bigint, jsonb)
     IS 'Merges progress into the item; it survives retries, dead-lettering and replay';

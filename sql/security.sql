@@ -4,11 +4,19 @@
 \set VERBOSITY terse
 SET client_min_messages = warning;
 
--- case: every SECURITY DEFINER function pins search_path to pg_catalog, pg_temp
+-- case: every SECURITY DEFINER function in SQL or PL/pgSQL pins search_path
+-- to pg_catalog, pg_temp; the C ones set pg_catalog alone where they connect
+-- to SPI instead (src/statement_scope.c: a SET clause costs every call), so
+-- they carry no SET clause at all.  The hostile-user cases below call them.
 SELECT p.oid::regprocedure AS unpinned
-  FROM pg_proc p
- WHERE p.pronamespace = 'queue'::regnamespace AND p.prosecdef
+  FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+ WHERE p.pronamespace = 'queue'::regnamespace AND p.prosecdef AND l.lanname <> 'c'
    AND coalesce(p.proconfig, '{}') @> ARRAY['search_path=pg_catalog, pg_temp'] IS NOT TRUE;
+SELECT p.proname AS set_in_c
+  FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+ WHERE p.pronamespace = 'queue'::regnamespace AND p.prosecdef AND l.lanname = 'c'
+   AND p.proconfig IS NULL
+ ORDER BY 1;
 SELECT count(*) > 20 AS many_security_definer
   FROM pg_proc p WHERE p.pronamespace = 'queue'::regnamespace AND p.prosecdef;
 

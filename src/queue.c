@@ -158,6 +158,7 @@ _PG_init(void)
 	queue_notify_init();
 	CacheRegisterRelcacheCallback(queue_relcache_callback, (Datum) 0);
 
+	queue_scope_init();
 	queue_distributed_init();
 }
 
@@ -282,12 +283,14 @@ void
 queue_spi_connect(void)
 {
 	queue_spi_check(SPI_connect(), SPI_OK_CONNECT, "connecting to SPI");
+	queue_scope_push();
 	watch_item_live_growth();
 }
 
 void
 queue_spi_finish(void)
 {
+	queue_scope_pop();
 	queue_spi_check(SPI_finish(), SPI_OK_FINISH, "finishing SPI");
 }
 

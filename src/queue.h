@@ -7,11 +7,11 @@
  * complete, fail) and the checks every call makes (names, arguments,
  * queue settings, per-queue access).  Everything runs through SPI with
  * plans prepared once per backend and kept; no statement text is ever
- * built from an argument.  The SQL declarations pin search_path to
- * pg_catalog, pg_temp like every SECURITY DEFINER function's, and every
- * statement qualifies its functions, types and operators besides (the
- * plans are kept, so they must not depend on the path in force when they
- * were made): OP("=") expands to OPERATOR(pg_catalog.=).  Mind that
+ * built from an argument.  Every SPI connection runs its statements with
+ * pg_catalog as the whole search path and without JIT (statement_scope.c),
+ * and every statement qualifies its functions, types and operators besides
+ * (the plans are kept, so they must not depend on the path in force when
+ * they were made): OP("=") expands to OPERATOR(pg_catalog.=).  Mind that
  * OPERATOR() binds like any user operator: parenthesise arithmetic on
  * either side of a comparison.
  *
@@ -171,6 +171,11 @@ extern void queue_spi_exec_one(SPIPlanPtr plan, Datum *values, const char *nulls
 							   const char *what);
 extern void queue_spi_connect(void);
 extern void queue_spi_finish(void);
+
+/* statement_scope.c */
+extern void queue_scope_push(void);
+extern void queue_scope_pop(void);
+extern void queue_scope_init(void);
 
 /* item_lookup.c */
 extern void queue_item_lookup_relcache(Datum arg, Oid relid);
