@@ -22,6 +22,57 @@ COMMIT;
 SELECT count(*) AS drained FROM queue.dequeue('q_direct', 'w0', 10) d
  WHERE queue.complete('q_direct', d.item_id, d.lease_token);
 
+-- case: a plain batch (written directly, a thousand rows at a time) and a
+-- keyed one (the statement) get the same columns, ids in input order
+BEGIN;
+CREATE TEMP TABLE batch_ids AS
+SELECT 'plain' AS how, t.ord, t.id
+  FROM queue.enqueue_batch('q_direct', ARRAY['{"b": 1}', '{"b": 2}', '{"b": 3}']::jsonb[],
+                           priority => 4, max_attempts => 7,
+                           expires_at => now() + interval '1 day') WITH ORDINALITY AS t(id, ord);
+INSERT INTO batch_ids
+SELECT 'keyed', t.ord, t.id
+  FROM queue.enqueue_batch('q_direct', ARRAY['{"b": 1}', '{"b": 2}', '{"b": 3}']::jsonb[],
+                           priority => 4, max_attempts => 7,
+                           expires_at => now() + interval '1 day',
+                           dedup_keys => ARRAY['x1', 'x2', 'x3']) WITH ORDINALITY AS t(id, ord);
+SELECT p.ord, (to_jsonb(a) - 'item_id' - 'dedup_key') = (to_jsonb(b) - 'item_id' - 'dedup_key') AS same_row,
+       a.payload, a.priority, a.max_attempts, a.expires_at = now() + interval '1 day' AS expires_1d
+  FROM batch_ids p
+  JOIN batch_ids k ON k.how = 'keyed' AND k.ord = p.ord
+  JOIN queue.item_live a ON a.item_id = p.id
+  JOIN queue.item_live b ON b.item_id = k.id
+ WHERE p.how = 'plain' ORDER BY p.ord;
+SELECT array_agg(id ORDER BY ord) = array_agg(id ORDER BY id) AS input_order
+  FROM batch_ids WHERE how = 'plain';
+COMMIT;
+DROP TABLE batch_ids;
+SELECT count(*) AS drained FROM queue.dequeue('q_direct', 'w0', 10) d
+ WHERE queue.complete('q_direct', d.item_id, d.lease_token);
+
+-- case: a plain batch of 2,500 (three rounds of rows): every item has its
+-- claim and primary key entries, so all are claimed and completed
+CREATE TEMP TABLE batch_ids AS
+SELECT t.ord, t.id
+  FROM queue.enqueue_batch('q_direct', (SELECT array_agg(pg_catalog.jsonb_build_object('i', i))
+                                          FROM generate_series(1, 2500) i)) WITH ORDINALITY AS t(id, ord);
+SELECT count(*) AS ids, count(DISTINCT id) AS distinct_ids,
+       array_agg(id ORDER BY ord) = array_agg(id ORDER BY id) AS input_order
+  FROM batch_ids;
+SELECT count(*) AS live, bool_and(l.payload = pg_catalog.jsonb_build_object('i', b.ord)) AS payloads_in_place
+  FROM batch_ids b JOIN queue.item_live l ON l.queue_name = 'q_direct' AND l.item_id = b.id;
+WITH d AS (SELECT * FROM queue.dequeue('q_direct', 'w0', 2500))
+SELECT queue.complete_batch('q_direct', array_agg(d.item_id), array_agg(d.lease_token)) AS completed
+  FROM d;
+DROP TABLE batch_ids;
+
+-- case: with audit 'all' a plain batch records one enqueued event per item
+SELECT queue.create_queue('q_direct_audit', audit => 'all');
+SELECT count(*) AS enqueued FROM queue.enqueue_batch('q_direct_audit', ARRAY['{}', '{}']::jsonb[]);
+SELECT kind, count(*) FROM queue.events WHERE queue_name = 'q_direct_audit' AND item_id IS NOT NULL
+ GROUP BY kind;
+SELECT queue.drop_queue('q_direct_audit', force => true);
+
 -- case: one dequeue claims a plain item directly, then meets a routed one
 -- and hands the rest of the claim to the statement: same lease columns
 BEGIN;
@@ -87,6 +138,8 @@ SELECT queue.enqueue('q_direct', '{"n": 5}') AS id \gset
 SELECT queue.complete('q_direct', d.item_id, d.lease_token) AS done
   FROM queue.dequeue('q_direct', 'w1') d;
 SELECT op, tab LIKE 'item_done%' AS history FROM direct_log WHERE item_id = :id ORDER BY ctid;
+SELECT count(*) AS enqueued FROM queue.enqueue_batch('q_direct', ARRAY['{"n": 51}', '{"n": 52}']::jsonb[]);
+SELECT op, count(*) FROM direct_log WHERE item_id > :id GROUP BY op;
 DROP TRIGGER direct_log ON queue.item_live;
 DROP TRIGGER direct_log ON queue.item_done;
 
@@ -102,6 +155,9 @@ SELECT count(*) AS claimed FROM queue.dequeue('q_direct', 'w9');
 SELECT queue.enqueue('q_direct', '{"n": 7}') AS id \gset
 BEGIN READ ONLY;
 SELECT queue.enqueue('q_direct', '{"n": 8}');
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT count(*) FROM queue.enqueue_batch('q_direct', ARRAY['{"n": 8}']::jsonb[]);
 ROLLBACK;
 BEGIN READ ONLY;
 SELECT count(*) FROM queue.dequeue('q_direct', 'w1');

@@ -728,115 +728,126 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 			resolve_keys(queue_prepare_cached(&batch_window_plan, BATCH_WINDOW_SQL, 3, ktypes),
 						 kvalues, n, keys, key_nulls, ids);
 
-		/* Ids for all the rest, drawn in input order. */
-		queue_spi_exec_one(queue_prepare_cached(&ids_plan, IDS_SQL, 1, &idtype),
-						   &nval, NULL, false, 1, SPI_OK_SELECT, "drawing item ids");
-		deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0],
-														   SPI_tuptable->tupdesc, 1, &isnull)),
-						  INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
-						  &new_ids, &new_id_nulls, &nnew);
-		if (nnew != n)
-			elog(ERROR, "queue: drew %d item ids for %d payloads", nnew, n);
-
-		ins_ids = palloc(sizeof(Datum) * n);
-		ins_id_nulls = palloc(sizeof(bool) * n);
-		for (int i = 0; i < n; i++)
+		/* A plain batch is written without the statement (enqueue_direct.c). */
+		if (!any_key && !flow && !queue_citus_loaded() &&
+			queue_enqueue_direct_batch(kvalues[0], priority, run_at, max_attempts,
+									   has_expires, expires_at, payloads, n, ids))
 		{
-			to_insert[i] = (ids[i] == 0);
-			ins_ids[i] = new_ids[i];
-			ins_id_nulls[i] = !to_insert[i];
-		}
-
-		ivalues[0] = CStringGetTextDatum(queue_name);
-		ivalues[1] = PointerGetDatum(construct_md_array(ins_ids, ins_id_nulls, 1, &n,
-														(int[]){1}, INT8OID, 8,
-														FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-		ivalues[2] = PointerGetDatum(payload_arr);
-		ivalues[3] = Int32GetDatum(priority);
-		ivalues[4] = TimestampTzGetDatum(run_at);
-		ivalues[5] = Int32GetDatum(max_attempts);
-		ivalues[6] = TimestampTzGetDatum(expires_at);
-		if (!has_expires)
-			inulls[6] = 'n';
-		ivalues[7] = PointerGetDatum(construct_md_array(keys, key_nulls, 1, &n,
-														(int[]){1}, TEXTOID, -1,
-														false, TYPALIGN_INT));
-		if (flow)
-		{
-			for (int a = 7; a <= 8; a++)
-			{
-				ivalues[a + 1] = PG_ARGISNULL(a) ? (Datum) 0 : PG_GETARG_DATUM(a);
-				inulls[a + 1] = PG_ARGISNULL(a) ? 'n' : ' ';
-			}
-			ivalues[10] = requires;
-			inulls[10] = requires_null ? 'n' : ' ';
-			plan = queue_prepare_cached(&flow_batch_insert_plan, FLOW_BATCH_INSERT_SQL, 11, itypes);
-		}
-		else if (any_key)
-			plan = queue_prepare_cached(&batch_insert_plan, BATCH_INSERT_SQL, 8, itypes);
-		else
-			plan = queue_prepare_cached(&plain_batch_insert_plan, PLAIN_BATCH_INSERT_SQL, 8, itypes);
-		queue_spi_exec(plan, ivalues, inulls, false, 0, SPI_OK_INSERT_RETURNING, "inserting items");
-		ninserted = (int) SPI_processed;
-
-		/* Mark what went in; a position that did not lost a dedup race. */
-		if (ninserted == n)
-		{
-			for (int i = 0; i < n; i++)
-				ids[i] = DatumGetInt64(new_ids[i]);
+			memset(to_insert, true, sizeof(bool) * n);
+			ninserted = n;
 		}
 		else
 		{
-			/*
-			 * A hash of the ids that went in marks their positions; the
-			 * keys of the others (held by a live item, or repeated in the
-			 * batch) are looked up, alone, for their holders' ids.
-			 */
-			HASHCTL		ctl;
-			HTAB	   *went_in;
-			Datum	   *lost_keys = palloc(sizeof(Datum) * n);
-			int			nlost = 0;
+			/* Ids for all the rest, drawn in input order. */
+			queue_spi_exec_one(queue_prepare_cached(&ids_plan, IDS_SQL, 1, &idtype),
+							   &nval, NULL, false, 1, SPI_OK_SELECT, "drawing item ids");
+			deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0],
+															   SPI_tuptable->tupdesc, 1, &isnull)),
+							  INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+							  &new_ids, &new_id_nulls, &nnew);
+			if (nnew != n)
+				elog(ERROR, "queue: drew %d item ids for %d payloads", nnew, n);
 
-			ctl.keysize = sizeof(int64);
-			ctl.entrysize = sizeof(int64);
-			ctl.hcxt = CurrentMemoryContext;
-			went_in = hash_create("queue inserted ids", Max(ninserted, 1), &ctl,
-								  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-			for (uint64 r = 0; r < SPI_processed; r++)
-			{
-				int64		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
-															 SPI_tuptable->tupdesc, 1, &isnull));
-
-				CHECK_FOR_INTERRUPTS();
-				(void) hash_search(went_in, &id, HASH_ENTER, NULL);
-			}
+			ins_ids = palloc(sizeof(Datum) * n);
+			ins_id_nulls = palloc(sizeof(bool) * n);
 			for (int i = 0; i < n; i++)
 			{
-				int64		id = DatumGetInt64(new_ids[i]);
+				to_insert[i] = (ids[i] == 0);
+				ins_ids[i] = new_ids[i];
+				ins_id_nulls[i] = !to_insert[i];
+			}
 
-				CHECK_FOR_INTERRUPTS();
-				if (!to_insert[i])
-					continue;
-				if (hash_search(went_in, &id, HASH_FIND, NULL) != NULL)
-					ids[i] = id;
-				else
+			ivalues[0] = CStringGetTextDatum(queue_name);
+			ivalues[1] = PointerGetDatum(construct_md_array(ins_ids, ins_id_nulls, 1, &n,
+															(int[]){1}, INT8OID, 8,
+															FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+			ivalues[2] = PointerGetDatum(payload_arr);
+			ivalues[3] = Int32GetDatum(priority);
+			ivalues[4] = TimestampTzGetDatum(run_at);
+			ivalues[5] = Int32GetDatum(max_attempts);
+			ivalues[6] = TimestampTzGetDatum(expires_at);
+			if (!has_expires)
+				inulls[6] = 'n';
+			ivalues[7] = PointerGetDatum(construct_md_array(keys, key_nulls, 1, &n,
+															(int[]){1}, TEXTOID, -1,
+															false, TYPALIGN_INT));
+			if (flow)
+			{
+				for (int a = 7; a <= 8; a++)
 				{
-					to_insert[i] = false;
-					if (!key_nulls[i])
-						lost_keys[nlost++] = keys[i];
+					ivalues[a + 1] = PG_ARGISNULL(a) ? (Datum) 0 : PG_GETARG_DATUM(a);
+					inulls[a + 1] = PG_ARGISNULL(a) ? 'n' : ' ';
 				}
+				ivalues[10] = requires;
+				inulls[10] = requires_null ? 'n' : ' ';
+				plan = queue_prepare_cached(&flow_batch_insert_plan, FLOW_BATCH_INSERT_SQL, 11, itypes);
 			}
-			hash_destroy(went_in);
-			kvalues[1] = PointerGetDatum(construct_array(lost_keys, nlost, TEXTOID, -1,
-														 false, TYPALIGN_INT));
-			resolve_keys(queue_prepare_cached(&batch_holder_plan, BATCH_HOLDER_SQL, 2, ktypes),
-						 kvalues, n, keys, key_nulls, ids);
-			for (int i = 0; i < n; i++)
-				if (ids[i] == 0)
-					ereport(ERROR,
-							(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-							 errmsg("could not settle dedup_key conflict on queue \"%s\"", queue_name),
-							 errhint("Retry the transaction.")));
+			else if (any_key)
+				plan = queue_prepare_cached(&batch_insert_plan, BATCH_INSERT_SQL, 8, itypes);
+			else
+				plan = queue_prepare_cached(&plain_batch_insert_plan, PLAIN_BATCH_INSERT_SQL, 8, itypes);
+			queue_spi_exec(plan, ivalues, inulls, false, 0, SPI_OK_INSERT_RETURNING, "inserting items");
+			ninserted = (int) SPI_processed;
+
+			/* Mark what went in; a position that did not lost a dedup race. */
+			if (ninserted == n)
+			{
+				for (int i = 0; i < n; i++)
+					ids[i] = DatumGetInt64(new_ids[i]);
+			}
+			else
+			{
+				/*
+				 * A hash of the ids that went in marks their positions; the
+				 * keys of the others (held by a live item, or repeated in the
+				 * batch) are looked up, alone, for their holders' ids.
+				 */
+				HASHCTL		ctl;
+				HTAB	   *went_in;
+				Datum	   *lost_keys = palloc(sizeof(Datum) * n);
+				int			nlost = 0;
+
+				ctl.keysize = sizeof(int64);
+				ctl.entrysize = sizeof(int64);
+				ctl.hcxt = CurrentMemoryContext;
+				went_in = hash_create("queue inserted ids", Max(ninserted, 1), &ctl,
+									  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+				for (uint64 r = 0; r < SPI_processed; r++)
+				{
+					int64		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
+																 SPI_tuptable->tupdesc, 1, &isnull));
+
+					CHECK_FOR_INTERRUPTS();
+					(void) hash_search(went_in, &id, HASH_ENTER, NULL);
+				}
+				for (int i = 0; i < n; i++)
+				{
+					int64		id = DatumGetInt64(new_ids[i]);
+
+					CHECK_FOR_INTERRUPTS();
+					if (!to_insert[i])
+						continue;
+					if (hash_search(went_in, &id, HASH_FIND, NULL) != NULL)
+						ids[i] = id;
+					else
+					{
+						to_insert[i] = false;
+						if (!key_nulls[i])
+							lost_keys[nlost++] = keys[i];
+					}
+				}
+				hash_destroy(went_in);
+				kvalues[1] = PointerGetDatum(construct_array(lost_keys, nlost, TEXTOID, -1,
+															 false, TYPALIGN_INT));
+				resolve_keys(queue_prepare_cached(&batch_holder_plan, BATCH_HOLDER_SQL, 2, ktypes),
+							 kvalues, n, keys, key_nulls, ids);
+				for (int i = 0; i < n; i++)
+					if (ids[i] == 0)
+						ereport(ERROR,
+								(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+								 errmsg("could not settle dedup_key conflict on queue \"%s\"", queue_name),
+								 errhint("Retry the transaction.")));
+			}
 		}
 
 		/* NB: as in enqueue, a completion may have committed meanwhile */
@@ -855,7 +866,7 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 				for (int i = 0; i < n; i++)
 					if (to_insert[i])
 						evt_ids[ne++] = Int64GetDatum(ids[i]);
-				evalues[0] = ivalues[0];
+				evalues[0] = kvalues[0];
 				evalues[1] = PointerGetDatum(construct_array(evt_ids, ne, INT8OID, 8,
 															 FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 				queue_spi_exec(queue_prepare_cached(&batch_event_plan, BATCH_EVENT_SQL, 2, etypes),

@@ -179,40 +179,47 @@ load_layout(Relation rel)
 }
 
 /*
- * queue_enqueue_direct
- *		Insert a plain item (see the header); its id, or -1 when the
- *		statement must insert it (nothing was written).
+ * open_item_live
+ *		item_live opened for a direct enqueue, or NULL when the statement
+ *		must insert (see the header): flow control's band, a read-only
+ *		transaction (the statement raises the error), or a layout, trigger
+ *		or index this file does not know.
  */
-int64
-queue_enqueue_direct(Datum qname, int32 priority, TimestampTz run_at, int32 max_attempts,
-					 bool has_expires, TimestampTz expires_at, Datum correlation_id,
-					 bool correlation_null, Datum payload)
+static Relation
+open_item_live(int32 priority)
 {
 	Relation	rel;
-	TupleDesc	desc;
-	TupleTableSlot *slot;
-	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	Datum	   *v;
-	bool	   *n;
-	int64		item_id;
 
-	/* a read-only transaction: the statement raises the error */
 	if (priority >= QUEUE_FLOW_BAND || XactReadOnly || !OidIsValid(queue_item_live_oid()))
-		return -1;
+		return NULL;
 	rel = table_open(queue_item_live_oid(), RowExclusiveLock);
 	if (!layout_valid)
 		load_layout(rel);
-	desc = RelationGetDescr(rel);
 	if (!layout_usable || !queue_index_entries_usable(rel))
 	{
 		table_close(rel, NoLock);
-		return -1;
+		return NULL;
 	}
+	return rel;
+}
 
-	slot = MakeSingleTupleTableSlot(desc, &TTSOpsVirtual);
-	v = slot->tts_values;
-	n = slot->tts_isnull;
-	/* the defaults first, then the columns enqueue sets over them */
+/*
+ * fill_row
+ *		Store in slot the row of one plain item: item_live's defaults, then
+ *		the columns enqueue sets over them, then a fresh item id.  False
+ *		when a NOT NULL column would stay empty (the statement then raises
+ *		the error).
+ */
+static bool
+fill_row(TupleTableSlot *slot, TimestampTz now, Datum qname, int32 priority,
+		 TimestampTz run_at, int32 max_attempts, bool has_expires, TimestampTz expires_at,
+		 Datum correlation_id, bool correlation_null, Datum payload)
+{
+	TupleDesc	desc = slot->tts_tupleDescriptor;
+	Datum	   *v = slot->tts_values;
+	bool	   *n = slot->tts_isnull;
+
+	ExecClearTuple(slot);
 	for (int a = 0; a < desc->natts; a++)
 	{
 		ColumnDefault *d = &defaults[a];
@@ -260,14 +267,38 @@ queue_enqueue_direct(Datum qname, int32 priority, TimestampTz run_at, int32 max_
 		}
 		/* a NOT NULL column left empty: the statement raises the error */
 		if (n[a] && att->attnotnull && !att->attisdropped)
-		{
-			ExecDropSingleTupleTableSlot(slot);
-			table_close(rel, NoLock);
-			return -1;
-		}
+			return false;
 	}
 	ExecStoreVirtualTuple(slot);
-	item_id = DatumGetInt64(v[enq_attnum[EC_ITEM_ID] - 1]);
+	return true;
+}
+
+/*
+ * queue_enqueue_direct
+ *		Insert a plain item (see the header); its id, or -1 when the
+ *		statement must insert it (nothing was written).
+ */
+int64
+queue_enqueue_direct(Datum qname, int32 priority, TimestampTz run_at, int32 max_attempts,
+					 bool has_expires, TimestampTz expires_at, Datum correlation_id,
+					 bool correlation_null, Datum payload)
+{
+	Relation	rel = open_item_live(priority);
+	TupleTableSlot *slot;
+	int64		item_id;
+
+	if (rel == NULL)
+		return -1;
+	slot = MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsVirtual);
+	if (!fill_row(slot, GetCurrentTransactionStartTimestamp(), qname, priority, run_at,
+				  max_attempts, has_expires, expires_at, correlation_id, correlation_null,
+				  payload))
+	{
+		ExecDropSingleTupleTableSlot(slot);
+		table_close(rel, NoLock);
+		return -1;
+	}
+	item_id = DatumGetInt64(slot->tts_values[enq_attnum[EC_ITEM_ID] - 1]);
 
 	table_tuple_insert(rel, slot, GetCurrentCommandId(true), 0, NULL);
 	queue_insert_index_entries(rel, slot, NULL);
@@ -275,4 +306,74 @@ queue_enqueue_direct(Datum qname, int32 priority, TimestampTz run_at, int32 max_
 	table_close(rel, NoLock);
 	CommandCounterIncrement();
 	return item_id;
+}
+
+/* Rows a batch hands to table_multi_insert at once (COPY's number). */
+#define BATCH_SLOTS 1000
+
+/*
+ * queue_enqueue_direct_batch
+ *		Insert n plain items with one set of arguments, as enqueue_batch's
+ *		statement does without dedup keys or flow control: ids drawn in
+ *		input order into ids[].  The rows go in with table_multi_insert, a
+ *		thousand at a time, as COPY writes them.  False when the statement
+ *		must insert them; nothing was written then.
+ */
+bool
+queue_enqueue_direct_batch(Datum qname, int32 priority, TimestampTz run_at,
+						   int32 max_attempts, bool has_expires, TimestampTz expires_at,
+						   Datum *payloads, int n, int64 *ids)
+{
+	Relation	rel = open_item_live(priority);
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	CommandId	cid = GetCurrentCommandId(true);
+	TupleTableSlot **slots;
+	MemoryContext rowcxt;
+	int			nslots;
+
+	if (rel == NULL)
+		return false;
+	nslots = Min(n, BATCH_SLOTS);
+	slots = palloc(sizeof(TupleTableSlot *) * Max(nslots, 1));
+	for (int i = 0; i < nslots; i++)
+		slots[i] = MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsVirtual);
+	/* the first row tells whether a NOT NULL column stays empty */
+	if (n > 0 && !fill_row(slots[0], now, qname, priority, run_at, max_attempts,
+						   has_expires, expires_at, (Datum) 0, true, payloads[0]))
+	{
+		for (int i = 0; i < nslots; i++)
+			ExecDropSingleTupleTableSlot(slots[i]);
+		table_close(rel, NoLock);
+		return false;
+	}
+	rowcxt = AllocSetContextCreate(CurrentMemoryContext, "queue enqueue batch rows",
+								   ALLOCSET_DEFAULT_SIZES);
+	for (int done = 0; done < n; done += nslots)
+	{
+		int			m = Min(nslots, n - done);
+		MemoryContext old;
+
+		CHECK_FOR_INTERRUPTS();
+		for (int i = (done == 0 ? 1 : 0); i < m; i++)
+		{
+			if (!fill_row(slots[i], now, qname, priority, run_at, max_attempts,
+						  has_expires, expires_at, (Datum) 0, true, payloads[done + i]))
+				elog(ERROR, "queue: a row of an enqueue batch left a NOT NULL column empty");
+		}
+		for (int i = 0; i < m; i++)
+			ids[done + i] = DatumGetInt64(slots[i]->tts_values[enq_attnum[EC_ITEM_ID] - 1]);
+		old = MemoryContextSwitchTo(rowcxt);
+		/* no BulkInsertState: its ring would push the new items' pages out */
+		table_multi_insert(rel, slots, m, cid, 0, NULL);
+		MemoryContextSwitchTo(old);
+		for (int i = 0; i < m; i++)
+			queue_insert_index_entries(rel, slots[i], NULL);
+		MemoryContextReset(rowcxt);
+	}
+	for (int i = 0; i < nslots; i++)
+		ExecDropSingleTupleTableSlot(slots[i]);
+	MemoryContextDelete(rowcxt);
+	table_close(rel, NoLock);
+	CommandCounterIncrement();
+	return true;
 }

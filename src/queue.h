@@ -262,6 +262,9 @@ extern void queue_enqueue_direct_relcache(Datum arg, Oid relid);
 extern int64 queue_enqueue_direct(Datum qname, int32 priority, TimestampTz run_at,
 								  int32 max_attempts, bool has_expires, TimestampTz expires_at,
 								  Datum correlation_id, bool correlation_null, Datum payload);
+extern bool queue_enqueue_direct_batch(Datum qname, int32 priority, TimestampTz run_at,
+									   int32 max_attempts, bool has_expires, TimestampTz expires_at,
+									   Datum *payloads, int n, int64 *ids);
 
 /* complete_direct.c: complete() without a statement */
 typedef enum QueueDirectResult
