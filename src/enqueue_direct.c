@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * enqueue_direct.c
- *		enqueue() of a plain item done through the heap and the indexes
- *		without a statement.
+ *		enqueue() of a plain item, and enqueue_batch() of plain items, done
+ *		through the heap and the indexes without a statement.
  *
  * A plain item (no dedup key, no group, limit key or requires, below the
  * band of limited keys) is one INSERT whose executor start-up costs more

@@ -257,7 +257,7 @@ extern bool queue_triggers_known(Relation rel, int16 event, const char *const *k
 extern bool queue_claim_direct_possible(void);
 extern int64 queue_claim_direct(QueueDirectClaim *dc);
 
-/* enqueue_direct.c: enqueue() of a plain item without a statement */
+/* enqueue_direct.c: enqueue() and enqueue_batch() of plain items without a statement */
 extern void queue_enqueue_direct_relcache(Datum arg, Oid relid);
 extern int64 queue_enqueue_direct(Datum qname, int32 priority, TimestampTz run_at,
 								  int32 max_attempts, bool has_expires, TimestampTz expires_at,
