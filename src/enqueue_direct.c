@@ -366,8 +366,7 @@ queue_enqueue_direct_batch(Datum qname, int32 priority, TimestampTz run_at,
 		/* no BulkInsertState: its ring would push the new items' pages out */
 		table_multi_insert(rel, slots, m, cid, 0, NULL);
 		MemoryContextSwitchTo(old);
-		for (int i = 0; i < m; i++)
-			queue_insert_index_entries(rel, slots[i], NULL);
+		queue_insert_index_entries_many(rel, slots, m);
 		MemoryContextReset(rowcxt);
 	}
 	for (int i = 0; i < nslots; i++)

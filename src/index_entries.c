@@ -142,15 +142,16 @@ queue_index_entries_usable(Relation heap)
 }
 
 /*
- * queue_insert_index_entries
- *		Insert the index entries of the row version in slot (its tts_tid
- *		set), just inserted into heap or, with `updated` (attribute numbers
- *		offset by FirstLowInvalidHeapAttributeNumber, as in updatedCols),
- *		the new version of an update that was not HOT.  What
- *		ExecInsertIndexTuples does for such a row.
+ * insert_entries
+ *		Insert the index entries of the row versions in slots (each with
+ *		its tts_tid set), just inserted into heap or, with `updated`
+ *		(attribute numbers offset by FirstLowInvalidHeapAttributeNumber, as
+ *		in updatedCols), the new versions of an update that was not HOT.
+ *		What ExecInsertIndexTuples does for such rows; each index is opened
+ *		once for all of them, and only if one of them belongs in it.
  */
-void
-queue_insert_index_entries(Relation heap, TupleTableSlot *slot, Bitmapset *updated)
+static void
+insert_entries(Relation heap, TupleTableSlot **slots, int nslots, Bitmapset *updated)
 {
 	IndexSet   *set = index_set(heap);
 	ExprContext *econtext = CreateStandaloneExprContext();
@@ -158,24 +159,13 @@ queue_insert_index_entries(Relation heap, TupleTableSlot *slot, Bitmapset *updat
 	if (!set->usable)
 		elog(ERROR, "queue: indexes of \"%s\" changed during a direct write",
 			 RelationGetRelationName(heap));
-	econtext->ecxt_scantuple = slot;
 	for (int i = 0; i < set->nindexes; i++)
 	{
 		IndexInfo  *info = set->infos[i];
-		Relation	irel;
-		Datum		values[INDEX_MAX_KEYS];
-		bool		isnull[INDEX_MAX_KEYS];
+		Relation	irel = NULL;
 		bool		unchanged = false;
-		IndexUniqueCheck check;
+		IndexUniqueCheck check = UNIQUE_CHECK_NO;
 
-		if (set->preds[i] != NULL && !ExecQual(set->preds[i], econtext))
-			continue;
-		irel = index_open(set->oids[i], RowExclusiveLock);
-		if (!irel->rd_index->indisready)
-		{
-			index_close(irel, NoLock);
-			continue;
-		}
 		if (updated != NULL)
 		{
 			/* the hint of index_unchanged_by_update(): no key column set */
@@ -185,11 +175,51 @@ queue_insert_index_entries(Relation heap, TupleTableSlot *slot, Bitmapset *updat
 								  updated))
 					unchanged = false;
 		}
-		check = irel->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO;
-		FormIndexDatum(info, slot, NULL, values, isnull);
-		(void) index_insert(irel, values, isnull, &slot->tts_tid, heap, check, unchanged, info);
-		index_close(irel, NoLock);
-		ResetExprContext(econtext);
+		for (int s = 0; s < nslots; s++)
+		{
+			Datum		values[INDEX_MAX_KEYS];
+			bool		isnull[INDEX_MAX_KEYS];
+
+			econtext->ecxt_scantuple = slots[s];
+			if (set->preds[i] != NULL && !ExecQual(set->preds[i], econtext))
+			{
+				ResetExprContext(econtext);
+				continue;
+			}
+			if (irel == NULL)
+			{
+				irel = index_open(set->oids[i], RowExclusiveLock);
+				if (!irel->rd_index->indisready)
+					break;
+				check = irel->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO;
+			}
+			FormIndexDatum(info, slots[s], NULL, values, isnull);
+			(void) index_insert(irel, values, isnull, &slots[s]->tts_tid, heap, check,
+								unchanged, info);
+			ResetExprContext(econtext);
+		}
+		if (irel != NULL)
+			index_close(irel, NoLock);
 	}
 	FreeExprContext(econtext, true);
+}
+
+/*
+ * queue_insert_index_entries
+ *		The index entries of one row version (see insert_entries).
+ */
+void
+queue_insert_index_entries(Relation heap, TupleTableSlot *slot, Bitmapset *updated)
+{
+	insert_entries(heap, &slot, 1, updated);
+}
+
+/*
+ * queue_insert_index_entries_many
+ *		The index entries of nslots rows just inserted (see insert_entries).
+ */
+void
+queue_insert_index_entries_many(Relation heap, TupleTableSlot **slots, int nslots)
+{
+	insert_entries(heap, slots, nslots, NULL);
 }

@@ -227,6 +227,7 @@ extern bool queue_worker_seen_since(Datum worker, TimestampTz since);
 extern void queue_index_entries_relcache(Datum arg, Oid relid);
 extern bool queue_index_entries_usable(Relation heap);
 extern void queue_insert_index_entries(Relation heap, TupleTableSlot *slot, Bitmapset *updated);
+extern void queue_insert_index_entries_many(Relation heap, TupleTableSlot **slots, int nslots);
 
 /* claim_direct.c: the common claim without a statement */
 #define QUEUE_DEQUEUE_NCOLS 11	/* columns of dequeue's result */
