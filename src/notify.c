@@ -13,15 +13,19 @@
  * enqueue notifies in its own transaction, as NOTIFY would.
  *
  * With it, the enqueue only remembers the queue.  Before commit, if that
- * lock is free, the transaction notifies by itself (one producer at a time
- * costs nothing).  If another transaction holds it, the queue is handed to
- * a notifier background worker of the database instead: after the commit
- * is visible the producer marks the queue pending and sets the notifier's
- * latch, and the notifier sends the NOTIFY from a transaction of its own
- * with synchronous_commit off (a lost wakeup costs a poll, never an item).
- * The notifier folds pending queues into one transaction, is started on
- * demand, one per database, and exits after a short idle time so that it
- * never keeps DROP DATABASE waiting.
+ * lock is free and no notifier runs, the transaction notifies by itself
+ * (one producer at a time costs nothing).  If another transaction holds
+ * the lock, the queue is handed to a notifier background worker of the
+ * database instead: after the commit is visible the producer marks the
+ * queue pending and sets the notifier's latch (unless the queue was
+ * pending already), and the notifier sends the NOTIFY from a transaction
+ * of its own with synchronous_commit off (a lost wakeup costs a poll,
+ * never an item).  The notifier folds pending queues into one transaction
+ * and sends at most every NOTIFIER_MIN_GAP_MS, so that a stream of
+ * enqueues costs a few notifying transactions a second instead of one per
+ * commit; while it runs, producers hand over even when the lock is free.
+ * It is started on demand, one per database, and exits after a short idle
+ * time so that it never keeps DROP DATABASE waiting.
  *
  * Either way a listener receives NOTIFY queue_<name> once the enqueue's
  * transaction is committed, never for a rolled-back one, and at most once
@@ -69,6 +73,7 @@
 #define NOTIFY_MAX_LOCAL		64		/* distinct queues per transaction */
 #define NOTIFIER_IDLE_EXIT_MS	2000	/* under DROP DATABASE's 5 s wait */
 #define NOTIFIER_RESTART_MS		10000	/* retry a start that never came up */
+#define NOTIFIER_MIN_GAP_MS		10		/* between two sends of a notifier */
 
 #define NOTIFY_TRANCHE			"queue notify"
 
@@ -216,10 +221,11 @@ notifier_start_stale(const NotifierSlot *n, TimestampTz now)
 /*
  * Hand this transaction's queues to the database's notifier.  Returns false
  * (nothing reserved) when there is no running notifier or no channel slot,
- * and the caller notifies directly.
+ * and the caller notifies directly.  Without one, a notifier is started for
+ * the next transactions unless only_if_running.
  */
 static bool
-hand_over_to_notifier(void)
+hand_over_to_notifier(bool only_if_running)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	int			notifier = -1;
@@ -240,6 +246,12 @@ hand_over_to_notifier(void)
 			free_notifier = i;
 		else if (notifier_start_stale(n, now) && stale_notifier < 0)
 			stale_notifier = i;
+	}
+	if (only_if_running &&
+		(notifier < 0 || notify_shared->notifiers[notifier].pid == 0))
+	{
+		LWLockRelease(notify_shared->lock);
+		return false;
 	}
 	if (notifier < 0)
 	{
@@ -334,8 +346,10 @@ hand_over_to_notifier(void)
 /*
  * After commit (or abort, or the producer's exit): settle the reservation,
  * and after a commit mark the queues pending and wake the notifier.  A
- * slot whose generation changed meanwhile serves someone else now: its
- * notifier exited, and with it the notifications owed (polls cover them).
+ * queue already pending needs no wake-up: the notifier has not collected
+ * it yet, and whoever marked it woke the notifier.  A slot whose
+ * generation changed meanwhile serves someone else now: its notifier
+ * exited, and with it the notifications owed (polls cover them).
  */
 static void
 release_to_notifier(bool committed)
@@ -354,10 +368,13 @@ release_to_notifier(bool committed)
 			{
 				ChannelSlot *ch = &notify_shared->channels[local_pending[i].channel];
 
-				if (ch->generation == local_pending[i].channel_generation)
+				if (ch->generation == local_pending[i].channel_generation &&
+					!ch->pending)
+				{
 					ch->pending = true;
+					latch = n->latch;
+				}
 			}
-			latch = n->latch;
 		}
 	}
 	LWLockRelease(notify_shared->lock);
@@ -384,9 +401,16 @@ notify_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PRE_COMMIT:
 			if (local_count == 0)
 				break;
-			if (queue_notify_handoff == QUEUE_NOTIFY_HANDOFF_NEVER ||
-				(queue_notify_handoff == QUEUE_NOTIFY_HANDOFF_AUTO && notify_lock_free()) ||
-				!hand_over_to_notifier())
+			if (queue_notify_handoff == QUEUE_NOTIFY_HANDOFF_NEVER)
+				notify_local_now();
+			else if (queue_notify_handoff == QUEUE_NOTIFY_HANDOFF_AUTO)
+			{
+				/* a running notifier folds a stream of enqueues */
+				if (!hand_over_to_notifier(true) &&
+					(notify_lock_free() || !hand_over_to_notifier(false)))
+					notify_local_now();
+			}
+			else if (!hand_over_to_notifier(false))
 				notify_local_now();
 			break;
 		case XACT_EVENT_PRE_PREPARE:
@@ -573,6 +597,14 @@ queue_notifier_main(Datum main_arg)
 			CommitTransactionCommand();
 			pgstat_report_activity(STATE_IDLE, NULL);
 			last_work = GetCurrentTimestamp();
+
+			/*
+			 * Let the next enqueues gather before sending again: a stream of
+			 * them costs a few transactions a second, not one per commit.
+			 * Wake-ups meanwhile leave the latch set for the next pass.
+			 */
+			(void) WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 NOTIFIER_MIN_GAP_MS, PG_WAIT_EXTENSION);
 			continue;			/* more may have arrived meanwhile */
 		}
 

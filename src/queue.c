@@ -100,8 +100,9 @@ static const QueueGuc queue_gucs[] = {
 		NULL, PGC_USERSET, 0},
 	{"queue.notify_handoff",
 		"When enqueue notifications go through the notifier worker.",
-		"auto: only while another transaction holds the notify lock; "
-		"always: whenever a notifier runs; never: in the enqueuing transaction. "
+		"auto: while the database's notifier runs or another transaction holds "
+		"the notify lock; always: every time, starting a notifier if none runs; "
+		"never: in the enqueuing transaction. "
 		"Without queue in shared_preload_libraries it is always never.",
 		&queue_notify_handoff, QUEUE_NOTIFY_HANDOFF_AUTO, 0, 0,
 		notify_handoff_options, PGC_USERSET, 0},

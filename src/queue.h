@@ -69,8 +69,8 @@
 /* Values of queue.notify_handoff. */
 typedef enum QueueNotifyHandoff
 {
-	QUEUE_NOTIFY_HANDOFF_AUTO,		/* hand over only while the lock is busy */
-	QUEUE_NOTIFY_HANDOFF_ALWAYS,	/* hand over whenever a notifier runs */
+	QUEUE_NOTIFY_HANDOFF_AUTO,		/* while a notifier runs or the lock is busy */
+	QUEUE_NOTIFY_HANDOFF_ALWAYS,	/* always, starting a notifier if none runs */
 	QUEUE_NOTIFY_HANDOFF_NEVER		/* always notify in the transaction */
 } QueueNotifyHandoff;
 

@@ -4,9 +4,11 @@
 # would wait for the cluster-wide notify lock hands its NOTIFY to a
 # per-database background worker instead.  queue.notify_handoff = always
 # forces that path so it can be checked without racing for the lock:
-# committed enqueues are announced (by the notifier), rolled-back ones and
-# rolled-back subtransactions are not, a transaction is announced once, a
-# killed notifier is replaced, an idle one exits (DROP DATABASE is not held
+# committed enqueues are announced (by the notifier, which the default
+# 'auto' also uses while it runs), rolled-back ones and rolled-back
+# subtransactions are not, a transaction is announced once, a stream of
+# enqueues is folded into a notification per 10 ms, a killed notifier is
+# replaced, an idle one exits (DROP DATABASE is not held
 # up), PREPARE TRANSACTION is refused as for NOTIFY, and under concurrent
 # producers with the default 'auto' every enqueue commits and a listener
 # hears about them.
@@ -17,7 +19,7 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
+use Time::HiRes qw(usleep gettimeofday tv_interval);
 
 my $node = PostgreSQL::Test::Cluster->new('notifier', port => 55052);
 $node->init;
@@ -91,6 +93,11 @@ is(scalar(@n), 1, 'a committed enqueue is announced once');
 is($n[0][0], 'queue_fast', '... on queue_<name>');
 is($n[0][1], $notifier, '... by the notifier');
 
+$node->safe_psql('postgres', q{SELECT queue.enqueue('fast', '{"n": 1}')});
+@n = notifications(1, 10);
+is($n[0][1] // '', $notifier,
+	'while a notifier runs, the default handoff goes through it even with the lock free');
+
 $node->safe_psql('postgres', $always . q{
 BEGIN;
 SELECT queue.enqueue('fast', '{"n": 2}');
@@ -136,6 +143,20 @@ like($err, qr/cannot PREPARE a transaction that has executed LISTEN, UNLISTEN, o
 $node->safe_psql('postgres', q{SET queue.notify_handoff = 'never'; SELECT queue.enqueue('fast', '{"n": 10}')});
 @n = notifications(1, 10);
 isnt($n[0][1] // '', $notifier, 'notify_handoff = never notifies from the producer');
+
+# --- a stream of enqueues is folded ---------------------------------------------------
+
+# One notifying transaction per 10 ms at most, however many commits: a
+# listener hears far fewer notifications than there were enqueues.
+notifications(1000, 1);
+my $stream = $always . join('', map { qq{SELECT queue.enqueue('fast', '{"s": $_}');\n} } 1 .. 200);
+my $t0 = [ gettimeofday() ];
+$node->safe_psql('postgres', $stream);
+my $ms = tv_interval($t0) * 1000;
+@n = notifications(1000, 2);
+ok(@n >= 1 && @n <= $ms / 10 + 4,
+	'200 enqueues in a row are folded into a notification per 10 ms at most')
+  or diag(scalar(@n) . " notifications in $ms ms");
 
 # --- the notifier's life ------------------------------------------------------------
 
