@@ -219,6 +219,25 @@ notifier_start_stale(const NotifierSlot *n, TimestampTz now)
 }
 
 /*
+ * Does a notifier seem to run for this database?  Read without the lock,
+ * so that a producer of a database without one (the common case of few
+ * producers) does not take it twice: a stale answer only picks the other
+ * path, and hand_over_to_notifier checks again under the lock.
+ */
+static bool
+notifier_seems_running(void)
+{
+	for (int i = 0; i < NOTIFY_MAX_NOTIFIERS; i++)
+	{
+		volatile NotifierSlot *n = &notify_shared->notifiers[i];
+
+		if (n->dbid == MyDatabaseId && n->pid != 0)
+			return true;
+	}
+	return false;
+}
+
+/*
  * Hand this transaction's queues to the database's notifier.  Returns false
  * (nothing reserved) when there is no running notifier or no channel slot,
  * and the caller notifies directly.  Without one, a notifier is started for
@@ -406,7 +425,7 @@ notify_xact_callback(XactEvent event, void *arg)
 			else if (queue_notify_handoff == QUEUE_NOTIFY_HANDOFF_AUTO)
 			{
 				/* a running notifier folds a stream of enqueues */
-				if (!hand_over_to_notifier(true) &&
+				if (!(notifier_seems_running() && hand_over_to_notifier(true)) &&
 					(notify_lock_free() || !hand_over_to_notifier(false)))
 					notify_local_now();
 			}

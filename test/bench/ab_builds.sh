@@ -35,7 +35,7 @@ run() {	# SECONDS: tps of SCRIPT
 	pgbench -n -M prepared -h 127.0.0.1 -p "$port" -U postgres -j 2 -c "$clients" -T "$1" \
 		-f "$script" qbench 2>&1 | awk '/^tps/ {printf "%.0f", $3}'
 }
-median() { sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
