@@ -65,4 +65,16 @@ SELECT recovered FROM queue.sweep() WHERE queue_name = 'l_off';
 SELECT failed_1h FROM queue.stats('l_off');
 SELECT breaker_state FROM queue.queues WHERE queue_name = 'l_off';
 
-SELECT queue.drop_queue(q, force => true) FROM unnest('{l_lost,l_deq,l_spent,l_off}'::text[]) q;
+-- case: sweep reports the expired leases it meets as recovered, each with a
+-- recovered event naming the holder, and the re-claim adds neither
+SELECT queue.create_queue('l_rec', max_attempts => 5);
+SELECT queue.enqueue('l_rec', '{}') > 0 AS enqueued;
+SELECT count(*) FROM queue.dequeue('l_rec', 'w-gone', lease_timeout => '10 ms');
+SELECT pg_sleep(0.05);
+SELECT recovered, dead_lettered FROM queue.sweep() WHERE queue_name = 'l_rec';
+SELECT recovered FROM queue.sweep() WHERE queue_name = 'l_rec';
+SELECT attempt FROM queue.dequeue('l_rec', 'w-new');
+SELECT kind, worker, attempt FROM queue.events
+ WHERE queue_name = 'l_rec' AND item_id IS NOT NULL ORDER BY event_id;
+
+SELECT queue.drop_queue(q, force => true) FROM unnest('{l_lost,l_deq,l_spent,l_off,l_rec}'::text[]) q;

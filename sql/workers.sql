@@ -147,7 +147,24 @@ SELECT count(*) FROM queue.dequeue('w_q', 'w-cache');
 SELECT pg_temp.scans() - :before AS settings_and_worker_reads;
 COMMIT;
 
-DROP TABLE public.w_lost_claim, public.w_cli_claim;
-SELECT queue.drop_queue(q, force => true) FROM unnest('{w_q,w_closed,w_last}'::text[]) q;
+-- case: a worker first named by drain_worker or add_maintenance is seen
+-- by its first dequeue (never seen before is not "seen long ago"), so the
+-- sweep does not take its new lease away as an offline worker's
+SELECT queue.create_queue('w_named', lease_timeout => '1 hour');
+SELECT count(*) FROM queue.enqueue_batch('w_named', array_fill('{}'::jsonb, ARRAY[2]));
+SELECT queue.drain_worker('w-named-d');
+SELECT queue.undrain_worker('w-named-d');
+SELECT queue.add_maintenance('w-named-m', now() + interval '1 h', now() + interval '2 h') > 0 AS added;
+CREATE TABLE public.w_named_claim AS
+SELECT w.worker, d.item_id, d.lease_token
+  FROM (VALUES ('w-named-d'), ('w-named-m')) w(worker), LATERAL queue.dequeue('w_named', w.worker) d;
+SELECT worker, status, last_seen > now() - interval '1 min' AS seen_now
+  FROM queue.workers WHERE worker LIKE 'w-named-%' ORDER BY worker;
+SELECT recovered FROM queue.sweep() WHERE queue_name = 'w_named';
+SELECT worker, queue.complete('w_named', item_id, lease_token) AS completed
+  FROM public.w_named_claim ORDER BY worker;
+
+DROP TABLE public.w_lost_claim, public.w_cli_claim, public.w_named_claim;
+SELECT queue.drop_queue(q, force => true) FROM unnest('{w_q,w_closed,w_last,w_named}'::text[]) q;
 DROP OWNED BY regress_wk_a, regress_wk_b, regress_wk_admin;
 DROP ROLE regress_wk_a, regress_wk_b, regress_wk_admin;
