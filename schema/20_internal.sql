@@ -317,14 +317,17 @@ $$;
 COMMENT ON FUNCTION queue._leases_lost(text, bigint[]) IS 'Records re-claimed expired leases as failed attempts';
 
 -- Lost leases as outcomes: an expired lease nobody re-claimed yet counts
--- once as a failed attempt when sweep meets it (dequeue counts the ones it
--- re-claims itself, _leases_lost).  The lease stays as it is: the item is
+-- once as a failed attempt, with a recovered event, when sweep meets it
+-- (dequeue counts the ones it re-claims itself, _leases_lost).  The lease stays as it is: the item is
 -- claimable, and a late complete by its holder still succeeds while nobody
 -- else claimed it.  Returns whether it was counted now.
 CREATE FUNCTION queue._lease_lost(p_queue text, p_item_id bigint)
 RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
+DECLARE
+    v_worker text;
+    v_attempt int;
 BEGIN
     UPDATE queue.item_live i
        SET lost_counted = true, last_error = 'lease expired', error_code = 'lease_expired',
@@ -333,8 +336,14 @@ BEGIN
                'lease_expired', i.lease_expires_at))
      WHERE i.queue_name = p_queue AND i.item_id = p_item_id
        AND i.lease_token IS NOT NULL AND i.lease_expires_at <= statement_timestamp()
-       AND NOT i.lost_counted;
-    RETURN FOUND;
+       AND NOT i.lost_counted
+    RETURNING i.worker, i.attempt INTO v_worker, v_attempt;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM queue._event(p_queue, p_item_id, 'recovered', v_worker, v_attempt,
+                         jsonb_build_object('reason', 'lease_expired'));
+    RETURN true;
 END
 $$;
 COMMENT ON FUNCTION queue._lease_lost(text, bigint) IS 'Counts an expired lease nobody re-claimed as a failed attempt, once';

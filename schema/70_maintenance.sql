@@ -378,8 +378,9 @@ BEGIN
     recovered := coalesce(queue._recover_offline(p_queue), 0);
 
     -- Lost leases count once as failed outcomes (failed_1h, health, the
-    -- breaker below) as soon as sweep meets them; the items stay claimable.
-    -- A cancel-requested item's lease is no outcome: it is buried below.
+    -- breaker below) as soon as sweep meets them, and are reported as
+    -- recovered; the items stay claimable.  A cancel-requested item's
+    -- lease is no outcome: it is buried below.
     FOR v_id IN
         SELECT i.item_id FROM queue.item_live i
          WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
@@ -390,7 +391,9 @@ BEGIN
          LIMIT v_batch
            FOR UPDATE SKIP LOCKED
     LOOP
-        PERFORM queue._lease_lost(p_queue, v_id);
+        IF queue._lease_lost(p_queue, v_id) THEN
+            recovered := recovered + 1;
+        END IF;
     END LOOP;
 
     -- Lost leases on the last attempt, and of cancel-requested items,

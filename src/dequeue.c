@@ -325,7 +325,11 @@ worker_allowance(Datum worker)
 					   &worker, NULL, false, 0, SPI_OK_INSERT, "registering worker");
 		return -1;
 	}
-	if (now - gates.last_seen > (queue_citus_loaded() ? queue_citus_seen_usecs() : LAST_SEEN_REFRESH_USECS))
+	/*
+	 * Compared without subtracting last_seen: a worker first named by
+	 * drain_worker or add_maintenance was never seen ('-infinity').
+	 */
+	if (gates.last_seen < now - (queue_citus_loaded() ? queue_citus_seen_usecs() : LAST_SEEN_REFRESH_USECS))
 	{
 		queue_spi_exec(queue_prepare_cached(&seen_plan, SEEN_SQL, 1, argtypes),
 					   &worker, NULL, false, 0, SPI_OK_UPDATE, "refreshing worker");

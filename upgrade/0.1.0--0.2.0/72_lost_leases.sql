@@ -30,6 +30,9 @@ CREATE OR REPLACE FUNCTION queue._lease_lost(p_queue text, p_item_id bigint)
 RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
+DECLARE
+    v_worker text;
+    v_attempt int;
 BEGIN
     UPDATE queue.item_live i
        SET lost_counted = true, last_error = 'lease expired', error_code = 'lease_expired',
@@ -38,8 +41,14 @@ BEGIN
                'lease_expired', i.lease_expires_at))
      WHERE i.queue_name = p_queue AND i.item_id = p_item_id
        AND i.lease_token IS NOT NULL AND i.lease_expires_at <= statement_timestamp()
-       AND NOT i.lost_counted;
-    RETURN FOUND;
+       AND NOT i.lost_counted
+    RETURNING i.worker, i.attempt INTO v_worker, v_attempt;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM queue._event(p_queue, p_item_id, 'recovered', v_worker, v_attempt,
+                         jsonb_build_object('reason', 'lease_expired'));
+    RETURN true;
 END
 $$;
 COMMENT ON FUNCTION queue._lease_lost(text, bigint) IS 'Counts an expired lease nobody re-claimed as a failed attempt, once';
@@ -80,8 +89,9 @@ BEGIN
     recovered := coalesce(queue._recover_offline(p_queue), 0);
 
     -- Lost leases count once as failed outcomes (failed_1h, health, the
-    -- breaker below) as soon as sweep meets them; the items stay claimable.
-    -- A cancel-requested item's lease is no outcome: it is buried below.
+    -- breaker below) as soon as sweep meets them, and are reported as
+    -- recovered; the items stay claimable.  A cancel-requested item's
+    -- lease is no outcome: it is buried below.
     FOR v_id IN
         SELECT i.item_id FROM queue.item_live i
          WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
@@ -92,7 +102,9 @@ BEGIN
          LIMIT v_batch
            FOR UPDATE SKIP LOCKED
     LOOP
-        PERFORM queue._lease_lost(p_queue, v_id);
+        IF queue._lease_lost(p_queue, v_id) THEN
+            recovered := recovered + 1;
+        END IF;
     END LOOP;
 
     -- Lost leases on the last attempt, and of cancel-requested items,
