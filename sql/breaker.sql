@@ -102,4 +102,20 @@ SELECT queue.fail('b_run', item_id, lease_token, 'down', 'DOWN') FROM queue.dequ
 SELECT paused, paused_by, breaker_state, breaker_reason FROM queue.queues WHERE queue_name = 'b_run';
 RESET queue.breaker_run_rule;
 
-SELECT queue.drop_queue(q, force => true) FROM unnest('{b_op,b_alone,b_alert,b_frac,b_run}'::text[]) q;
+-- case: the pause reason's percentages are whole percents rounded down, as
+-- in the example of the contract: 35 failures of 40 outcomes read 87%;
+-- 30 of the 35 with one code read 85%
+SELECT queue.create_queue('b_pct', breaker_threshold => 0.85, breaker_min_samples => 40,
+                          max_attempts => 1);
+SELECT count(*) FROM queue.enqueue_batch('b_pct', array_fill('{}'::jsonb, ARRAY[40]));
+SELECT count(*) FILTER (WHERE queue.complete('b_pct', item_id, lease_token)) AS completed
+  FROM queue.dequeue('b_pct', 'w1', batch_size => 5);
+CREATE TEMP TABLE b_pct_held AS
+SELECT row_number() OVER (ORDER BY item_id) AS n, item_id, lease_token
+  FROM queue.dequeue('b_pct', 'w1', batch_size => 35);
+SELECT count(queue.fail('b_pct', item_id, lease_token, 'no answer',
+                        CASE WHEN n <= 30 THEN 'ERP_TIMEOUT' ELSE 'ERP_REFUSED' END)) AS failed
+  FROM (SELECT * FROM b_pct_held ORDER BY n) h;
+SELECT breaker_state, breaker_reason FROM queue.queues WHERE queue_name = 'b_pct';
+
+SELECT queue.drop_queue(q, force => true) FROM unnest('{b_op,b_alone,b_alert,b_frac,b_run,b_pct}'::text[]) q;
