@@ -342,7 +342,7 @@ BEGIN
            AND v_failed::float8 / (v_failed + v_ok) > c.breaker_threshold / 2 THEN
             v_level := greatest(v_level, 1);
             reasons := reasons || format('%s%% of %s outcomes failed in %s, over half the breaker threshold (%s%%)',
-                                         round(100.0 * v_failed / (v_failed + v_ok)), v_failed + v_ok,
+                                         floor(100.0 * v_failed / (v_failed + v_ok)), v_failed + v_ok,
                                          queue._say_interval(c.breaker_window),
                                          trim_scale(round((100 * c.breaker_threshold)::numeric, 1)));
         END IF;

@@ -180,11 +180,11 @@ BEGIN
         RETURN false;
     END;
     v_reason := format('circuit breaker: %s%% of %s outcomes failed in %s%s, mostly %s (%s%%)',
-                       round(100.0 * o.failed / o.outcomes), o.outcomes,
+                       floor(100.0 * o.failed / o.outcomes), o.outcomes,
                        queue._say_interval(c.breaker_window),
                        CASE WHEN v_by_run AND o.failed::float8 / o.outcomes <= c.breaker_threshold
                             THEN format(', the last %s in a row', o.run) ELSE '' END,
-                       v_top, round(100.0 * v_top_n / v_top_all));
+                       v_top, floor(100.0 * v_top_n / v_top_all));
     UPDATE queue.queue_config
        SET breaker_state = 'open', breaker_opened_at = now(), breaker_reason = v_reason,
            probe_item_id = NULL, probe_expires_at = NULL
