@@ -77,4 +77,18 @@ SELECT attempt FROM queue.dequeue('l_rec', 'w-new');
 SELECT kind, worker, attempt FROM queue.events
  WHERE queue_name = 'l_rec' AND item_id IS NOT NULL ORDER BY event_id;
 
-SELECT queue.drop_queue(q, force => true) FROM unnest('{l_lost,l_deq,l_spent,l_off,l_rec}'::text[]) q;
+-- case: a late fail by the holder of a lease sweep already counted as lost
+-- is accepted (nobody re-claimed the item) but is the same failed attempt:
+-- failed_1h and the failure log count it once
+SELECT queue.create_queue('l_late', max_attempts => 5);
+SELECT queue.enqueue('l_late', '{}') > 0 AS enqueued;
+CREATE TEMP TABLE l_late_held AS
+SELECT item_id, lease_token FROM queue.dequeue('l_late', 'w-slow', lease_timeout => '10 ms');
+SELECT pg_sleep(0.05);
+SELECT recovered FROM queue.sweep() WHERE queue_name = 'l_late';
+SELECT queue.fail('l_late', item_id, lease_token, 'ERP said no', 'ERP_NO') AS late_fail FROM l_late_held;
+SELECT failed_1h FROM queue.stats('l_late');
+SELECT count(*) AS failure_rows FROM queue.failure_log WHERE queue_name = 'l_late';
+SELECT state, attempt, last_error FROM queue.items WHERE queue_name = 'l_late';
+
+SELECT queue.drop_queue(q, force => true) FROM unnest('{l_lost,l_deq,l_spent,l_off,l_rec,l_late}'::text[]) q;
