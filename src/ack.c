@@ -142,7 +142,7 @@ static SPIPlanPtr cancel_end_plan = NULL;
 	"                  pg_catalog.unnest($4::pg_catalog.int4[])) AS u(i, w, a)"
 
 #define FAIL_LOCK_SQL \
-	"SELECT attempt, max_attempts, worker, lease_token" OP("<") "0 AS cancel_requested " \
+	"SELECT attempt, max_attempts, worker, lease_token" OP("<") "0 AS cancel_requested, lost_counted " \
 	"  FROM queue.item_live " \
 	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
 	"   AND pg_catalog.abs(lease_token)" OP("=") "$3 FOR UPDATE"
@@ -837,7 +837,12 @@ queue_fail(PG_FUNCTION_ARGS)
 	}
 	dead = permanent || attempt >= max_attempts;
 
-	/* the failed attempt, for failed_1h, the breaker and worker stats */
+	/*
+	 * The failed attempt, for failed_1h, the breaker and worker stats;
+	 * unless sweep already counted this lease as lost: a late fail by its
+	 * holder is the same attempt, counted once.
+	 */
+	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5, &isnull)))
 	{
 		Oid			ft[7] = {TEXTOID, INT8OID, INT4OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};
 		Datum		fv[7];
