@@ -253,9 +253,12 @@ $$;
 COMMENT ON FUNCTION queue._flow_keep_band() IS 'Keeps an item of a limited key in its priority band';
 
 -- At commit: settle groups whose head left or who got a member, wake keys
--- whose lease ended or whose item became due.
+-- whose lease ended or whose item became due.  Deferred triggers fire at
+-- commit, after the API function that wrote the row has returned, as the
+-- calling role: SECURITY DEFINER, like the API, so that producers and
+-- workers need no rights on the bookkeeping.
 CREATE OR REPLACE FUNCTION queue._flow_on_commit() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     v_queue text;
     v_group text;
@@ -473,8 +476,9 @@ SELECT l.queue_name, nullif(l.limit_key, '') AS limit_key, l.max_in_flight, l.ra
 COMMENT ON VIEW queue.limits IS 'Per-key caps and rates (limit_key NULL: the queue-wide rate) with their use now';
 
 -- A dead head that blocked its group let go (replayed, resolved, rejected).
+-- SECURITY DEFINER for the same reason as _flow_on_commit.
 CREATE OR REPLACE FUNCTION queue._flow_on_review() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 BEGIN
     PERFORM queue._group_settle(NEW.queue_name, NEW.group_key, NULL, NULL);
     RETURN NULL;
