@@ -164,7 +164,21 @@ SELECT recovered FROM queue.sweep() WHERE queue_name = 'w_named';
 SELECT worker, queue.complete('w_named', item_id, lease_token) AS completed
   FROM public.w_named_claim ORDER BY worker;
 
+-- case: with queue.worker_offline_after below dequeue's usual refresh
+-- interval, a worker that only dequeues stays active and keeps its leases
+SET queue.worker_offline_after = 2;
+SELECT queue.create_queue('w_short', lease_timeout => '1 hour');
+SELECT count(*) FROM queue.enqueue_batch('w_short', array_fill('{}'::jsonb, ARRAY[3]));
+SELECT count(*) FROM queue.dequeue('w_short', 'w-dq-only');
+SELECT pg_sleep(1.2);
+SELECT count(*) FROM queue.dequeue('w_short', 'w-dq-only');
+SELECT pg_sleep(1.2);
+SELECT count(*) FROM queue.dequeue('w_short', 'w-dq-only');
+SELECT status FROM queue.workers WHERE worker = 'w-dq-only';
+SELECT recovered FROM queue.sweep() WHERE queue_name = 'w_short';
+RESET queue.worker_offline_after;
+
 DROP TABLE public.w_lost_claim, public.w_cli_claim, public.w_named_claim;
-SELECT queue.drop_queue(q, force => true) FROM unnest('{w_q,w_closed,w_last,w_named}'::text[]) q;
+SELECT queue.drop_queue(q, force => true) FROM unnest('{w_q,w_closed,w_last,w_named,w_short}'::text[]) q;
 DROP OWNED BY regress_wk_a, regress_wk_b, regress_wk_admin;
 DROP ROLE regress_wk_a, regress_wk_b, regress_wk_admin;
