@@ -118,8 +118,13 @@ int			queue_claim_hint_threshold = QUEUE_DEFAULT_CLAIM_HINT_THRESHOLD;
  */
 #define CLAIM_MAX_RETRIES 3
 
-/* last_seen is refreshed at most this often by dequeue. */
-#define LAST_SEEN_REFRESH_USECS (5 * USECS_PER_SEC)
+/*
+ * last_seen is refreshed by dequeue at most this often, and at least four
+ * times per queue.worker_offline_after, so that a worker that only
+ * dequeues is never offline.
+ */
+#define LAST_SEEN_REFRESH_USECS \
+	Min(5 * USECS_PER_SEC, (int64) queue_worker_offline_after * USECS_PER_SEC / 4)
 
 static SPIPlanPtr claim_plan = NULL;
 static SPIPlanPtr hinted_claim_plan = NULL;

@@ -57,8 +57,12 @@
 
 PG_FUNCTION_INFO_V1(queue_session_key_sql);
 
-/* last_seen is rewritten by a sign of life at most this often. */
-#define SIGN_OF_LIFE_USECS (1 * USECS_PER_SEC)
+/*
+ * last_seen is rewritten by a sign of life at most this often (and at least
+ * four times per queue.worker_offline_after).
+ */
+#define SIGN_OF_LIFE_USECS \
+	Min(1 * USECS_PER_SEC, (int64) queue_worker_offline_after * USECS_PER_SEC / 4)
 
 static SPIPlanPtr alive_plan = NULL;
 static SPIPlanPtr stale_plan = NULL;
