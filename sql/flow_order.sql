@@ -1,0 +1,29 @@
+-- The claim order across limited keys and the rest of the queue: by
+-- effective priority, then the time an item became claimable, then id,
+-- whatever key an item has; a batch comes back in that order.
+\set VERBOSITY terse
+
+SELECT queue.create_queue('fo_q');
+SELECT queue.set_limit('fo_q', 'erp', max_in_flight => 5);
+SELECT queue.set_limit('fo_q', 'crm', rate => 100, per => '1 min');
+
+-- case: an unlimited urgent item comes before a limited key's low-priority
+-- item enqueued earlier; between keys, priority decides, not which key
+-- has been ready longest
+SELECT queue.enqueue('fo_q', '{"k": "erp-low"}', priority => 9, limit_key => 'erp') > 0 AS enqueued;
+SELECT queue.enqueue('fo_q', '{"k": "urgent"}', priority => 0) > 0 AS enqueued;
+SELECT queue.enqueue('fo_q', '{"k": "crm-high"}', priority => 1, limit_key => 'crm') > 0 AS enqueued;
+SELECT queue.enqueue('fo_q', '{"k": "plain"}', priority => 5) > 0 AS enqueued;
+SELECT queue.enqueue('fo_q', '{"k": "erp-mid"}', priority => 5, limit_key => 'erp') > 0 AS enqueued;
+SELECT payload->>'k' AS k, priority FROM queue.dequeue('fo_q', 'w1');
+-- case: a batch takes the first items in that order and returns them in it
+SELECT payload->>'k' AS k, priority FROM queue.dequeue('fo_q', 'w1', batch_size => 3);
+SELECT payload->>'k' AS k, priority FROM queue.dequeue('fo_q', 'w1', batch_size => 3);
+
+-- case: a full key is still skipped: the batch fills from the rest in order
+SELECT queue.set_limit('fo_q', 'erp', max_in_flight => 2);
+SELECT queue.enqueue('fo_q', '{"k": "erp-top"}', priority => 0, limit_key => 'erp') > 0 AS enqueued;
+SELECT queue.enqueue('fo_q', '{"k": "plain-2"}', priority => 3) > 0 AS enqueued;
+SELECT payload->>'k' AS k, priority FROM queue.dequeue('fo_q', 'w1', batch_size => 3);
+
+SELECT queue.drop_queue('fo_q', force => true);
