@@ -77,6 +77,7 @@ static SPIPlanPtr dedup_done_plan = NULL;
 static SPIPlanPtr dedup_done_batch_plan = NULL;
 static SPIPlanPtr completed_events_plan = NULL;
 static SPIPlanPtr fail_lock_plan = NULL;
+static SPIPlanPtr fail_lock_plan_v1 = NULL;
 static SPIPlanPtr failure_log_plan = NULL;
 static SPIPlanPtr retry_plan = NULL;
 static SPIPlanPtr citus_retry_plan = NULL;
@@ -141,11 +142,15 @@ static SPIPlanPtr cancel_end_plan = NULL;
 	"  FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.int8[]), pg_catalog.unnest($3::pg_catalog.text[]), " \
 	"                  pg_catalog.unnest($4::pg_catalog.int4[])) AS u(i, w, a)"
 
-#define FAIL_LOCK_SQL \
-	"SELECT attempt, max_attempts, worker, lease_token" OP("<") "0 AS cancel_requested, lost_counted " \
+#define FAIL_LOCK_SQL_WITH(lost_counted) \
+	"SELECT attempt, max_attempts, worker, lease_token" OP("<") "0 AS cancel_requested, " \
+	"       " lost_counted " AS lost_counted " \
 	"  FROM queue.item_live " \
 	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
 	"   AND pg_catalog.abs(lease_token)" OP("=") "$3 FOR UPDATE"
+#define FAIL_LOCK_SQL FAIL_LOCK_SQL_WITH("lost_counted")
+/* before the update to 0.2.0 (lease losses were counted at re-claim only) */
+#define FAIL_LOCK_SQL_V1 FAIL_LOCK_SQL_WITH("false")
 
 /* is the caller's lease one whose cancel was requested? */
 #define CANCELLED_SQL \
@@ -815,7 +820,9 @@ queue_fail(PG_FUNCTION_ARGS)
 	values[0] = CStringGetTextDatum(queue_name);
 	values[1] = PG_GETARG_DATUM(1);
 	values[2] = PG_GETARG_DATUM(2);
-	queue_spi_exec(queue_prepare_cached(&fail_lock_plan, FAIL_LOCK_SQL, 3, argtypes),
+	queue_spi_exec(queue_schema_current() ?
+				   queue_prepare_cached(&fail_lock_plan, FAIL_LOCK_SQL, 3, argtypes) :
+				   queue_prepare_cached(&fail_lock_plan_v1, FAIL_LOCK_SQL_V1, 3, argtypes),
 				   values, NULL, false, 1, SPI_OK_SELECT, "locking item");
 	if (SPI_processed == 0)
 	{
