@@ -142,6 +142,8 @@ static SPIPlanPtr lost_plan = NULL;
 static SPIPlanPtr claimed_event_plan = NULL;
 static SPIPlanPtr lane_claim_plan = NULL;
 static SPIPlanPtr higher_plan = NULL;
+static SPIPlanPtr peek_rest_plan = NULL;
+static SPIPlanPtr peek_lane_plan = NULL;
 
 /*
  * The claim statement returns the leased rows first (their lease, no
@@ -242,6 +244,23 @@ static SPIPlanPtr higher_plan = NULL;
 
 /* Most limited keys one dequeue locks and claims from. */
 #define FLOW_MAX_LANES 64
+
+/*
+ * The first claimable items of the rest of the queue ($4 NULL) or of one
+ * limited key's lane ($4), in claim order, without locking them: how
+ * plan_lanes shares a claim between the lanes and the rest.  A lane's
+ * priority comes back without its band.
+ */
+#define PEEK_SQL_WITH(start, band) \
+	"SELECT i.priority" OP("-") band ", i.visible_at, i.item_id FROM queue.item_live i " \
+	" WHERE i.queue_name" OP("=") "$1 " \
+	"   AND i.visible_at" OP("<=") "pg_catalog.statement_timestamp() " \
+	start \
+	" ORDER BY i.priority, i.visible_at, i.item_id LIMIT $2"
+#define PEEK_REST_SQL PEEK_SQL_WITH(UNLIMITED ROUTED, "0")
+#define PEEK_LANE_SQL \
+	PEEK_SQL_WITH("     AND i.limit_key" OP("=") "$4 AND i.priority" OP(">=") FLOW_BAND " " ROUTED, \
+				  FLOW_BAND)
 
 #define REGISTER_SQL \
 	"INSERT INTO queue.worker_registry (worker, registered_by) " \
@@ -489,7 +508,32 @@ typedef struct ClaimContext
 	bool		direct;			/* may claim without the statement (claim_direct.c) */
 	Datum	   *ids;			/* out: ids claimed so far (for rate records) */
 	int			nids;
+	/* while lanes and the rest share a claim: its rows, put out in order */
+	struct PeekedItem *order;	/* the planned items, sorted by item id */
+	int			norder;
+	struct HeldRow *held;		/* the rows claimed so far */
+	int			nheld;
 } ClaimContext;
+
+/* An item plan_lanes saw, and where it stands in the claim order. */
+typedef struct PeekedItem
+{
+	int32		priority;		/* effective, without a lane's band */
+	TimestampTz since;			/* claimable since */
+	int64		item_id;
+	int			lane;			/* index of its lane; -1 = the rest */
+	int			rank;			/* place in the merged order */
+} PeekedItem;
+
+/* A claimed row held back until the claim's rows are put out in order. */
+typedef struct HeldRow
+{
+	HeapTuple	tuple;
+	int			rank;			/* planned place; INT_MAX = not planned */
+	int			seq;			/* order of claiming */
+} HeldRow;
+
+static void hold_row(ClaimContext *ctx, Datum *out, bool *nulls);
 
 /* A leased row of the claim's result, found again by item id. */
 typedef struct LeasedRow
@@ -516,6 +560,60 @@ claim_row_kind(SPITupleTable *tuptable, uint64 row)
 	return DatumGetInt32(SPI_getbinval(tuptable->vals[row], tuptable->tupdesc, 15, &isnull));
 }
 
+static int
+peeked_order_cmp(const void *a, const void *b)
+{
+	const PeekedItem *x = a;
+	const PeekedItem *y = b;
+
+	if (x->priority != y->priority)
+		return x->priority < y->priority ? -1 : 1;
+	if (x->since != y->since)
+		return x->since < y->since ? -1 : 1;
+	return (x->item_id > y->item_id) - (x->item_id < y->item_id);
+}
+
+static int
+peeked_id_cmp(const void *a, const void *b)
+{
+	int64		x = ((const PeekedItem *) a)->item_id;
+	int64		y = ((const PeekedItem *) b)->item_id;
+
+	return (x > y) - (x < y);
+}
+
+static int
+held_row_cmp(const void *a, const void *b)
+{
+	const HeldRow *x = a;
+	const HeldRow *y = b;
+
+	if (x->rank != y->rank)
+		return x->rank < y->rank ? -1 : 1;
+	return x->seq - y->seq;
+}
+
+/*
+ * hold_row
+ *		Keep a claimed row (in the result's memory, which outlives SPI)
+ *		with its planned place in the claim order.
+ */
+static void
+hold_row(ClaimContext *ctx, Datum *out, bool *nulls)
+{
+	MemoryContext old = MemoryContextSwitchTo(ctx->rsinfo->econtext->ecxt_per_query_memory);
+	PeekedItem	key;
+	PeekedItem *found;
+	HeldRow    *row = &ctx->held[ctx->nheld];
+
+	row->tuple = heap_form_tuple(ctx->rsinfo->setDesc, out, nulls);
+	MemoryContextSwitchTo(old);
+	key.item_id = DatumGetInt64(out[0]);
+	found = bsearch(&key, ctx->order, ctx->norder, sizeof(PeekedItem), peeked_id_cmp);
+	row->rank = found ? found->rank : INT_MAX;
+	row->seq = ctx->nheld++;
+}
+
 /*
  * claim_emit
  *		Hand out one leased row: append it to the result, note its id for
@@ -526,7 +624,10 @@ static void
 claim_emit_values(ClaimContext *ctx, Datum *out, bool *nulls, bool lost,
 				  Datum *lost_ids, int *nlost, Datum *ev_ids, Datum *ev_attempts, int *nok)
 {
-	tuplestore_putvalues(ctx->rsinfo->setResult, ctx->rsinfo->setDesc, out, nulls);
+	if (ctx->held != NULL)
+		hold_row(ctx, out, nulls);
+	else
+		tuplestore_putvalues(ctx->rsinfo->setResult, ctx->rsinfo->setDesc, out, nulls);
 	if (lost)
 		lost_ids[(*nlost)++] = out[0];
 	ev_ids[*nok] = out[0];
@@ -879,36 +980,118 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 	return nclaimed;
 }
 
+/* Append the first `limit` claimable items of a lane (or the rest) to `items`. */
+static void
+peek_items(ClaimContext *ctx, FlowLane *lane, int lane_no, int64 limit,
+		   PeekedItem *items, int *nitems)
+{
+	Oid			argtypes[4] = {TEXTOID, INT8OID, TEXTOID, TEXTOID};
+	Datum		values[4] = {ctx->qname, Int64GetDatum(limit), ctx->worker,
+	lane ? lane->key : (Datum) 0};
+
+	queue_spi_exec(lane ?
+				   queue_prepare_cached(&peek_lane_plan, PEEK_LANE_SQL, 4, argtypes) :
+				   queue_prepare_cached(&peek_rest_plan, PEEK_REST_SQL, 3, argtypes),
+				   values, NULL, true, limit, SPI_OK_SELECT, "planning a claim");
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		PeekedItem *it = &items[(*nitems)++];
+		bool		isnull;
+
+		it->priority = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+		it->since = DatumGetTimestampTz(SPI_getbinval(tup, desc, 2, &isnull));
+		it->item_id = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
+		it->lane = lane_no;
+	}
+}
+
+/*
+ * plan_lanes
+ *		Share a claim of `limit` items between the open lanes and the rest
+ *		of the queue so that it takes the first items in claim order
+ *		(effective priority, then claimable time, then id) whatever their
+ *		key: look at the first claimable items of the rest and of each lane
+ *		(at most its room), merge them, and ask each lane for as many as it
+ *		has among the first `limit`.  The merged order is kept in ctx for
+ *		putting the batch out in it.  Items are only looked at, not locked:
+ *		one taken meanwhile by another session is replaced by the next of
+ *		its lane or of the rest.
+ */
+static void
+plan_lanes(ClaimContext *ctx, FlowLane *lanes, int nlanes, int64 limit, int64 *asks)
+{
+	int64		room = limit;
+	PeekedItem *items;
+	int			nitems = 0;
+	int			ntaken;
+
+	for (int i = 0; i < nlanes; i++)
+		room += Min(Max(lanes[i].room, 0), limit);
+	items = palloc(sizeof(PeekedItem) * room);
+	peek_items(ctx, NULL, -1, limit, items, &nitems);
+	for (int i = 0; i < nlanes; i++)
+		if (lanes[i].room > 0)
+			peek_items(ctx, &lanes[i], i, Min(lanes[i].room, limit), items, &nitems);
+	qsort(items, nitems, sizeof(PeekedItem), peeked_order_cmp);
+	ntaken = (int) Min(nitems, limit);
+	for (int k = 0; k < ntaken; k++)
+	{
+		items[k].rank = k;
+		if (items[k].lane >= 0)
+			asks[items[k].lane]++;
+	}
+	qsort(items, ntaken, sizeof(PeekedItem), peeked_id_cmp);
+	ctx->order = items;
+	ctx->norder = ntaken;
+}
+
 /*
  * claim_items
  *		Claim up to `limit` items charged to cap stripe `stripe` (-1: no
- *		cap): first from the lanes of limited keys that may give something
- *		now (each at most its room, flow.c), then from the rest of the
- *		queue.  Returns how many were claimed.
+ *		cap): from the lanes of limited keys that may give something now
+ *		(each at most its room, flow.c) and from the rest of the queue, in
+ *		claim order across both (plan_lanes).  Returns how many were
+ *		claimed.
  */
 static int64
 claim_items(ClaimContext *ctx, int64 limit, int stripe)
 {
 	int64		nclaimed = 0;
+	int64	   *asks = NULL;
+	FlowLane   *lanes = NULL;
+	int			nlanes = 0;
 
 	if (ctx->flow_limits && ctx->current_schema)
+		nlanes = flow_open_lanes(ctx->qname, (int) Min(limit + 1, FLOW_MAX_LANES), &lanes);
+	if (nlanes > 0)
 	{
-		FlowLane   *lanes;
-		int			nlanes = flow_open_lanes(ctx->qname, (int) Min(limit + 1, FLOW_MAX_LANES),
-											 &lanes);
+		asks = palloc0(sizeof(int64) * nlanes);
+		plan_lanes(ctx, lanes, nlanes, limit, asks);
+		ctx->held = palloc(sizeof(HeldRow) * limit);
+		ctx->nheld = 0;
+	}
+	for (int i = 0; i < nlanes; i++)
+	{
+		int64		ask = Min(asks[i], limit - nclaimed);
+		int			first = ctx->nids;
 
-		for (int i = 0; i < nlanes; i++)
-		{
-			int64		ask = Min(lanes[i].room, limit - nclaimed);
-			int			first = ctx->nids;
-
-			if (ask > 0)
-				nclaimed += claim_round(ctx, ask, stripe, &lanes[i]);
-			flow_close_lane(ctx->qname, &lanes[i], ask, ctx->nids - first, ctx->ids + first);
-		}
+		if (ask > 0)
+			nclaimed += claim_round(ctx, ask, stripe, &lanes[i]);
+		flow_close_lane(ctx->qname, &lanes[i], ask, ctx->nids - first, ctx->ids + first);
 	}
 	if (nclaimed < limit)
 		nclaimed += claim_round(ctx, limit - nclaimed, stripe, NULL);
+	if (ctx->held != NULL)
+	{
+		qsort(ctx->held, ctx->nheld, sizeof(HeldRow), held_row_cmp);
+		for (int r = 0; r < ctx->nheld; r++)
+			tuplestore_puttuple(ctx->rsinfo->setResult, ctx->held[r].tuple);
+		ctx->held = NULL;
+		ctx->order = NULL;
+		ctx->norder = 0;
+	}
 	return nclaimed;
 }
 
@@ -1018,6 +1201,10 @@ queue_dequeue(PG_FUNCTION_ARGS)
 	ctx.direct = ctx.current_schema && !queue_citus_loaded() && queue_claim_direct_possible();
 	ctx.ids = (Datum *) palloc(sizeof(Datum) * Max(want, 1));
 	ctx.nids = 0;
+	ctx.order = NULL;
+	ctx.norder = 0;
+	ctx.held = NULL;
+	ctx.nheld = 0;
 	if (want == 0)
 		goto rated;
 
