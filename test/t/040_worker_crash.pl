@@ -252,6 +252,25 @@ SELECT status FROM queue.workers WHERE worker = 'victim_e';
 	'offline',
 	'the workers view shows the vanished worker offline');
 
+# Heartbeats never keep a dead process's item alive, also for a worker
+# registered by its first dequeue: the process that claimed exits, and a
+# heartbeat from a new process leaves that lease to run out.
+$node->safe_psql(
+	'postgres', q{
+SELECT queue.create_queue('hb_dead', lease_timeout => '1 hour');
+SELECT queue.enqueue('hb_dead', '{}');
+});
+my $hb_expiry = $node->safe_psql('postgres',
+	"SELECT lease_expires_at FROM queue.dequeue('hb_dead', 'hb_first_dequeue')");
+usleep(100_000);
+is($node->safe_psql('postgres', "SELECT queue.heartbeat('hb_first_dequeue')"),
+	0, 'a heartbeat from a new process renews no lease of the dead one');
+is( $node->safe_psql(
+		'postgres',
+		"SELECT lease_expires_at = '$hb_expiry' FROM queue.items WHERE queue_name = 'hb_dead'"),
+	't',
+	'the dead process\'s lease keeps its expiry');
+
 # A producer whose connection is cut before its transaction commits leaves
 # nothing behind: no item, and its dedup_key is free for the next producer.
 my $psql_p = $node->background_psql('postgres');
