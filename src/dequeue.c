@@ -262,9 +262,15 @@ static SPIPlanPtr peek_lane_plan = NULL;
 	PEEK_SQL_WITH("     AND i.limit_key" OP("=") "$4 AND i.priority" OP(">=") FLOW_BAND " " ROUTED, \
 				  FLOW_BAND)
 
+/*
+ * The registering connection is the worker's connection until its next
+ * heartbeat or registration: a heartbeat from another one renews none of
+ * the leases this one claims (see queue.heartbeat).
+ */
 #define REGISTER_SQL \
-	"INSERT INTO queue.worker_registry (worker, registered_by) " \
-	"VALUES ($1, queue._caller()::pg_catalog.regrole) ON CONFLICT (worker) DO NOTHING"
+	"INSERT INTO queue.worker_registry (worker, registered_by, session) " \
+	"VALUES ($1, queue._caller()::pg_catalog.regrole, queue._session_key()) " \
+	"ON CONFLICT (worker) DO NOTHING"
 
 /* before the update to 0.2.0 (no owner) */
 #define REGISTER_SQL_V1 \
