@@ -265,6 +265,18 @@ SELECT count(*) FROM queue.sweep('fu');
 SELECT count(*) AS open_unroutable FROM queue.alerts
  WHERE queue_name = 'fu' AND kind = 'unroutable' AND cleared_at IS NULL;
 
+-- case: a capable worker inside a maintenance window gets nothing new, so
+-- it does not make the items routable
+SELECT queue.create_queue('fm');
+SELECT count(queue.enqueue('fm', '{"n": "m1"}', requires => ARRAY['tape'])) AS enqueued;
+UPDATE queue.item_live SET run_at = now() - interval '6 min' WHERE queue_name = 'fm';
+SELECT queue.register_worker('tape-bot', labels => ARRAY['tape']);
+SELECT queue.add_maintenance('tape-bot', now() - interval '1 min', now() + interval '1 day') > 0 AS added;
+SELECT status, reasons FROM queue.health('fm');
+SELECT queue.drop_queue('fm', force => true);
+DELETE FROM queue.maintenance_window WHERE worker = 'tape-bot';
+DELETE FROM queue.worker_registry WHERE worker = 'tape-bot';
+
 -- case: dropping a queue takes its groups and limits along
 SELECT count(*) FROM (SELECT queue.drop_queue(q, force => true)
                         FROM unnest(ARRAY['fg', 'fp', 'fr', 'fh', 'fd', 'fb', 'fx', 'fe', 'fl',
