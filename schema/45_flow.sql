@@ -501,7 +501,8 @@ DROP TRIGGER IF EXISTS queue_config_flow_forget ON queue.queue_config;
 DROP FUNCTION IF EXISTS queue._flow_forget();
 
 -- Routing in health and alerts: items that need labels no active bot has
--- (not draining, seen within queue.worker_offline_after), waiting past the
+-- (not draining, not in a maintenance window, seen within
+-- queue.worker_offline_after), waiting past the
 -- queue's sla, or 5 minutes without one.
 CREATE OR REPLACE FUNCTION queue._flow_rules(p_queue text,
                                              OUT kind text, OUT reason text, OUT details jsonb)
@@ -526,7 +527,10 @@ BEGIN
                AND NOT (i.lease_token IS NOT NULL AND i.lease_expires_at > now())
                AND NOT EXISTS (SELECT 1 FROM queue.worker_registry w
                                 WHERE i.requires <@ w.labels AND NOT w.draining
-                                  AND w.last_seen > v_online)
+                                  AND w.last_seen > v_online
+                                  AND NOT EXISTS (SELECT 1 FROM queue.maintenance_window m
+                                                   WHERE m.worker = w.worker
+                                                     AND m.starts_at <= now() AND m.ends_at > now()))
              LIMIT 10000) i;
     IF v_n > 0 THEN
         kind := 'unroutable';
