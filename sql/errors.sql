@@ -220,6 +220,34 @@ SELECT queue.replay('q_err', :e1);
 
 -- case: nothing above changed anything
 SELECT count(*) - :queues_at_start AS queues_added FROM queue.queues;
+-- case: flow-control, worker and schedule arguments: explicit NULLs are
+-- 22004, empty keys and labels 22023, oversized ones 54000
+SELECT queue.set_limit('q_err', 'k', rate => 1, per => NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT queue.set_limit('q_err', repeat('k', 70000), max_in_flight => 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT queue.create_queue('q_err_g', group_on_dead => NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT queue.register_worker('w-err', labels => ARRAY[NULL::text]);
+\echo :LAST_ERROR_SQLSTATE
+SELECT queue.register_worker('w-err', labels => ARRAY['']);
+\echo :LAST_ERROR_SQLSTATE
+SELECT queue.register_worker('w-err', labels => ARRAY[repeat('l', 70000)]);
+\echo :LAST_ERROR_SQLSTATE
+SELECT queue.register_worker('w-err', restart => NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT queue.drop_queue('q_err', force => NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT queue.enqueue('q_err', '{}', requires => ARRAY['']);
+\echo :LAST_ERROR_SQLSTATE
+SELECT queue.schedule('q_err', 's_err', '* * * * *', '{}', group_key => '');
+\echo :LAST_ERROR_SQLSTATE
+SELECT queue.schedule('q_err', 's_err', '* * * * *', '{}', limit_key => '');
+\echo :LAST_ERROR_SQLSTATE
+SELECT (SELECT count(*) FROM queue.worker_registry WHERE worker = 'w-err') AS workers,
+       (SELECT count(*) FROM queue.queues WHERE queue_name = 'q_err_g') AS queues,
+       (SELECT count(*) FROM queue.limits WHERE queue_name = 'q_err') AS limits;
+
 SELECT state, count(*) FROM queue.items WHERE queue_name = 'q_err' GROUP BY state ORDER BY state;
 SELECT reason, review_status, count(*) FROM queue.dead_letters WHERE queue_name = 'q_err' GROUP BY 1, 2;
 SELECT count(*) AS history FROM queue.history WHERE queue_name = 'q_err';
