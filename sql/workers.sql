@@ -121,7 +121,10 @@ SELECT queue.extend_lease('w_q', item_id, lease_token) IS NOT NULL AS extended F
 SELECT queue.heartbeat('w-lost') AS renewed_after_extend;
 
 -- case: a bot that opens a connection per call (psql scripts) keeps its
--- leases alive with heartbeat
+-- leases alive with heartbeat once it has registered (a worker registered
+-- by its first dequeue is bound to that connection, test/t/040_worker_crash.pl)
+SELECT queue.register_worker('w-cli');
+\c
 CREATE TABLE public.w_cli_claim AS SELECT item_id, lease_token FROM queue.dequeue('w_q', 'w-cli');
 \c
 SELECT queue.heartbeat('w-cli') AS renewed_1;
