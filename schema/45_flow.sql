@@ -411,7 +411,12 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Use a shorter per for a finer rate.';
     END IF;
-    IF set_limit.per IS NULL OR set_limit.per <= interval '0' THEN
+    PERFORM queue._check_text(set_limit.limit_key, 'limit_key');
+    IF set_limit.per IS NULL THEN
+        RAISE EXCEPTION 'per must not be null' USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Leave it out for the default of 1 s.';
+    END IF;
+    IF set_limit.per <= interval '0' THEN
         RAISE EXCEPTION 'per must be a positive interval'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;

@@ -73,6 +73,17 @@ BEGIN
     FOREACH v_q IN ARRAY coalesce(register_worker.queues, '{}') LOOP
         PERFORM queue._check_name(v_q);
     END LOOP;
+    IF register_worker.restart IS NULL THEN
+        RAISE EXCEPTION 'restart must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF array_position(register_worker.labels, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'labels must not contain NULL labels' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF array_position(register_worker.labels, '') IS NOT NULL THEN
+        RAISE EXCEPTION 'labels must not contain empty labels'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM queue._check_text(register_worker.labels::text, 'labels');
     -- a worker name belongs to the role that registered it (or an admin)
     SELECT w.registered_by INTO v_owner FROM queue.worker_registry w WHERE w.worker = v_worker;
     IF v_owner IS NOT NULL AND v_owner <> v_caller

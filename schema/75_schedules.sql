@@ -299,6 +299,12 @@ BEGIN
         RAISE EXCEPTION 'priority must be between 0 and 1000, not %', schedule.priority
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF schedule.group_key = '' OR schedule.limit_key = '' THEN
+        RAISE EXCEPTION '% must not be empty',
+                        CASE WHEN schedule.group_key = '' THEN 'group_key' ELSE 'limit_key' END
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass NULL for items without one.';
+    END IF;
     PERFORM queue._check_text(schedule.group_key, 'group_key');
     PERFORM queue._check_text(schedule.limit_key, 'limit_key');
     PERFORM queue._check_payload(schedule.payload);

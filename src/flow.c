@@ -352,7 +352,8 @@ flow_check_keys(Datum keys, bool isnull, int n, const char *argname)
 
 /*
  * flow_check_requires
- *		requires: NULL or an array of labels without NULLs; an empty array
+ *		requires: NULL or an array of labels without NULLs or empty ones
+ *		(a label is a worker's capability, never ''); an empty array
  *		requires nothing and is stored as NULL (*isnull set).
  */
 Datum
@@ -375,6 +376,17 @@ flow_check_requires(Datum requires, bool *isnull)
 	{
 		*isnull = true;
 		return (Datum) 0;
+	}
+	{
+		Datum	   *labels;
+		int			nlabels;
+
+		deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &labels, NULL, &nlabels);
+		for (int i = 0; i < nlabels; i++)
+			if (VARSIZE_ANY_EXHDR(DatumGetPointer(labels[i])) == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("requires must not contain empty labels")));
 	}
 	/* stored with every item: bounded like a text */
 	queue_check_text_size(PointerGetDatum(arr), "requires");

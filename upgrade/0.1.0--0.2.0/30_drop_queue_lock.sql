@@ -66,6 +66,9 @@ DECLARE
     v_live bigint;
     v_counts jsonb;
 BEGIN
+    IF drop_queue.force IS NULL THEN
+        RAISE EXCEPTION 'force must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
     -- NB: first the queue lock: the calls adding rows to the queue finish
     -- (their rows are then seen and removed below), later ones wait for
     -- this transaction and then find no queue

@@ -92,7 +92,11 @@ BEGIN
         RAISE EXCEPTION 'breaker_cooldown must be positive, not "%"', c.breaker_cooldown
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF c.group_on_dead IS NULL OR c.group_on_dead NOT IN ('continue', 'block') THEN
+    IF c.group_on_dead IS NULL THEN
+        RAISE EXCEPTION 'group_on_dead must not be null'
+            USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass ''continue'' or ''block''.';
+    END IF;
+    IF c.group_on_dead NOT IN ('continue', 'block') THEN
         RAISE EXCEPTION 'invalid group_on_dead "%"', c.group_on_dead
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Valid values are ''continue'' (a dead head lets its group move on) and ''block''.';
