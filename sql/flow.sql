@@ -277,10 +277,24 @@ SELECT queue.drop_queue('fm', force => true);
 DELETE FROM queue.maintenance_window WHERE worker = 'tape-bot';
 DELETE FROM queue.worker_registry WHERE worker = 'tape-bot';
 
+-- case: in a 'continue' queue a replayed member joins the back of its
+-- group (the head is the lowest-id live item, and the replay is a new item)
+SELECT queue.create_queue('fc', max_attempts => 1);
+SELECT count(queue.enqueue('fc', jsonb_build_object('n', n), group_key => 'g')) AS enqueued
+  FROM unnest(ARRAY['c1', 'c2', 'c3']) n;
+SELECT queue.fail('fc', item_id, lease_token, 'bad', permanent => true) AS c1
+  FROM queue.dequeue('fc', 'w1');
+CREATE TEMP TABLE fc_head AS SELECT item_id, lease_token, payload->>'n' AS n FROM queue.dequeue('fc', 'w1');
+SELECT n AS head FROM fc_head;
+SELECT queue.replay('fc', item_id) > 0 AS replayed FROM queue.dead_letters WHERE queue_name = 'fc';
+SELECT queue.complete('fc', item_id, lease_token) AS completed FROM fc_head;
+SELECT payload->>'n' AS next FROM queue.dequeue('fc', 'w1');
+SELECT payload->>'n' AS waiting FROM queue.items WHERE queue_name = 'fc' AND state = 'queued';
+
 -- case: dropping a queue takes its groups and limits along
 SELECT count(*) FROM (SELECT queue.drop_queue(q, force => true)
                         FROM unnest(ARRAY['fg', 'fp', 'fr', 'fh', 'fd', 'fb', 'fx', 'fe', 'fl',
-                                          'fs', 'fq', 'fw', 'ft', 'fv', 'fk', 'fu', 'fa']) q) d;
+                                          'fs', 'fq', 'fw', 'ft', 'fv', 'fk', 'fu', 'fa', 'fc']) q) d;
 SELECT (SELECT count(*) FROM queue.flow_group) AS groups, (SELECT count(*) FROM queue.flow_limit) AS limits,
        (SELECT count(*) FROM queue.flow_claim) AS claims;
 DELETE FROM queue.worker_registry WHERE worker IN ('unlabelled', 'bot-x', 'w1', 'w2', 'wv', 'mainframe-bot');
