@@ -80,5 +80,19 @@ UPDATE queue.item_done SET completed_at = now() - interval '61 min' WHERE queue_
 CALL queue.run_sweep();
 SELECT count(*) AS history_kept FROM queue.item_done WHERE queue_name = 'rt_short';
 
+-- case: without a breaker, processed history and failed attempts go once
+-- they are older than the queue's retention, however short
+SELECT queue.create_queue('rt_tiny', retention => '1 s', max_attempts => 1);
+SELECT count(*) FROM queue.enqueue_batch('rt_tiny', array_fill('{}'::jsonb, ARRAY[2]));
+SELECT queue.complete('rt_tiny', item_id, lease_token) FROM queue.dequeue('rt_tiny', 'w1');
+SELECT queue.fail('rt_tiny', item_id, lease_token, 'boom', permanent => true)
+  FROM queue.dequeue('rt_tiny', 'w1');
+UPDATE queue.item_done SET completed_at = completed_at - interval '10 s' WHERE queue_name = 'rt_tiny';
+UPDATE queue.failure_log SET at = at - interval '10 s' WHERE queue_name = 'rt_tiny';
+SELECT purged > 0 AS purged FROM queue.sweep('rt_tiny');
+SELECT (SELECT count(*) FROM queue.history WHERE queue_name = 'rt_tiny') AS history,
+       (SELECT count(*) FROM queue.failure_log WHERE queue_name = 'rt_tiny') AS failures;
+SELECT queue.drop_queue('rt_tiny', force => true);
+
 SELECT queue.drop_queue('rt_busy', force => true);
 SELECT queue.drop_queue('rt_short', force => true);
