@@ -242,12 +242,14 @@ BEGIN
     -- Each batch is the oldest rows by the queue's time index: a plain
     -- LIMIT may scan the table from its start, past the dead rows of the
     -- batches before it, and slow down batch after batch.
-    -- Outcomes (completions in the history, failed attempts) are kept as
-    -- long as the windows that count them need them, whatever the
-    -- retention: the breaker and health (breaker_window), stats'
-    -- processed_1h, failed_1h and percentiles (1 hour).  The workers view's
-    -- 24 h counts see at most this much.
-    v_keep_outcomes := greatest(c.retention, c.breaker_window, interval '1 hour');
+    -- Outcomes (completions in the history, failed attempts) are kept for
+    -- the retention, and with a breaker at least its window, which the
+    -- breaker and health's failure rate count (a short retention never
+    -- makes the breaker trip on successes it forgot).  stats' hourly
+    -- figures and the workers view's 24 h counts see at most this much.
+    v_keep_outcomes := CASE WHEN c.breaker_threshold IS NOT NULL
+                            THEN greatest(c.retention, c.breaker_window)
+                            ELSE c.retention END;
 
     -- processed history:
     v_purged := v_purged + queue._history_delete('item_done', p_queue, v_keep_outcomes,

@@ -86,7 +86,9 @@ BEGIN
         -- without queues only the queue_dropped events are left (7 days)
         SELECT coalesce(max(c.retention), interval '7 days') INTO v FROM queue.queue_config c;
     ELSE
-        SELECT greatest(max(greatest(c.retention, c.breaker_window)), interval '1 hour') INTO v
+        SELECT coalesce(max(CASE WHEN c.breaker_threshold IS NOT NULL
+                                 THEN greatest(c.retention, c.breaker_window)
+                                 ELSE c.retention END), interval '1 hour') INTO v
           FROM queue.queue_config c;
     END IF;
     RETURN v;

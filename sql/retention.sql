@@ -51,10 +51,10 @@ SELECT 'rt_busy', 100000 + g, '{}', 1, now() - interval '3 h', now() - interval 
 SELECT purged FROM queue.sweep('rt_busy');
 SELECT queue.apply_retention('rt_busy') AS removed;
 
--- case: a retention shorter than the windows that read the history keeps
--- it as long as they need it, greatest(retention, breaker_window, 1 hour):
--- successes of the last minutes still count against failures in the
--- breaker, and in processed_1h
+-- case: with a breaker, a retention shorter than its window keeps the
+-- history as long as the breaker needs it, greatest(retention,
+-- breaker_window): successes of the last minutes still count against
+-- failures in the breaker, and in processed_1h
 SELECT queue.create_queue('rt_short', retention => '1 min', breaker_threshold => 0.5,
                           breaker_min_samples => 4, max_attempts => 9);
 INSERT INTO queue.item_done (queue_name, item_id, payload, attempts, enqueued_at, claimed_at,
@@ -75,7 +75,7 @@ SELECT queue.complete('rt_short', item_id, lease_token) FROM queue.dequeue('rt_s
 SELECT count(queue.fail('rt_short', item_id, lease_token, 'boom'))
   FROM queue.dequeue('rt_short', 'w1', batch_size => 3);
 SELECT paused, breaker_state FROM queue.queues WHERE queue_name = 'rt_short';
--- past the hour it goes
+-- past the breaker window it goes
 UPDATE queue.item_done SET completed_at = now() - interval '61 min' WHERE queue_name = 'rt_short';
 CALL queue.run_sweep();
 SELECT count(*) AS history_kept FROM queue.item_done WHERE queue_name = 'rt_short';
