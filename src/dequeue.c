@@ -995,10 +995,11 @@ peek_items(ClaimContext *ctx, FlowLane *lane, int lane_no, int64 limit,
 	Datum		values[4] = {ctx->qname, Int64GetDatum(limit), ctx->worker,
 	lane ? lane->key : (Datum) 0};
 
+	/* not read-only: a later cap stripe's look sees this call's claims */
 	queue_spi_exec(lane ?
 				   queue_prepare_cached(&peek_lane_plan, PEEK_LANE_SQL, 4, argtypes) :
 				   queue_prepare_cached(&peek_rest_plan, PEEK_REST_SQL, 3, argtypes),
-				   values, NULL, true, limit, SPI_OK_SELECT, "planning a claim");
+				   values, NULL, false, limit, SPI_OK_SELECT, "planning a claim");
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[r];
