@@ -258,6 +258,21 @@ if want lease; then
 		"$(sql "SELECT attempts || ' ' || result::text FROM queue.history WHERE queue_name = 't_lease'")" \
 		'1 {"slept": 5}'
 
+	# a --lease longer than the queue's lease_timeout stays in force: a
+	# heartbeat (which renews to the queue's timeout) is followed by the
+	# worker's own extension
+	sql "SELECT queue.create_queue('t_longlease', lease_timeout => '2 s')" >/dev/null
+	sql "SELECT queue.enqueue('t_longlease', '{\"n\": 1}')" >/dev/null
+	bg_worker t_longlease longlease1 --max-items 1 --lease 30s --heartbeat 1s --exec 'sleep 5; echo "{\"slept\": 5}"'
+	w=$BG
+	wait_for 10 "SELECT count(*) = 1 FROM queue.items WHERE queue_name = 't_longlease' AND state = 'processing'"
+	sleep 2.5
+	wait_for 1 "SELECT lease_expires_at > now() + interval '20 s' FROM queue.items WHERE queue_name = 't_longlease'"
+	is "lease: after heartbeats, a --lease of 30 s on a 2 s queue still runs 20 s ahead" "$?" 0
+	wait "$w"
+	is "lease: that item completes on its first attempt" \
+		"$(sql "SELECT attempts FROM queue.history WHERE queue_name = 't_longlease'")" 1
+
 	# --timeout: a hanging command is stopped and failed transiently
 	sql "SELECT queue.create_queue('t_hang', lease_timeout => '2 s', max_attempts => 1)" >/dev/null
 	sql "SELECT queue.enqueue('t_hang', '{\"n\": 1}')" >/dev/null
