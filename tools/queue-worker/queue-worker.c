@@ -221,7 +221,17 @@ service_database(Loop *lp)
 		const char *vals[1] = {worker_name};
 
 		if (run_query("heartbeat", "SELECT queue.heartbeat($1)", 1, vals, NULL, NULL) != Q_RETRY)
+		{
 			lp->next_heartbeat = now_mono() + opt.heartbeat;
+			/*
+			 * heartbeat sets the leases to the queue's lease_timeout, which
+			 * may be shorter than --lease: extend them again at once
+			 */
+			for (int i = 0; i < nitems; i++)
+				items[i].next_extend = 0;
+			if (conn)
+				extend_leases();
+		}
 	}
 }
 
