@@ -369,6 +369,23 @@ if want sigterm; then
 	like "sigterm: summary counts the releases" "$(cat "$LOG/term1.log")" 'released 2'
 fi
 
+# -- case: SIGTERM with the default grace releases within a supervisor's stop timeout
+if want sigterm; then
+	sql "SELECT queue.create_queue('t_term_default')" >/dev/null
+	sql "SELECT queue.enqueue('t_term_default', '{\"n\": 1}')" >/dev/null
+	bg_worker t_term_default termdef1 --exec 'exec sleep 60'
+	w=$BG
+	wait_for 10 "SELECT count(*) = 1 FROM queue.items WHERE queue_name = 't_term_default' AND state = 'processing'"
+	started=$SECONDS
+	kill -TERM "$w"
+	wait "$w"
+	took=$((SECONDS - started))
+	[ "$took" -le 8 ] && ok "sigterm: with the default --grace the worker releases and exits within 8 s (Docker stops after 10)" \
+		|| notok "sigterm: with the default --grace the worker releases and exits within 8 s (Docker stops after 10): took $took s"
+	is "sigterm: the running item was released, attempt given back" \
+		"$(sql "SELECT state || '/' || attempt FROM queue.items WHERE queue_name = 't_term_default'")" "queued/0"
+fi
+
 # -- case: the database restarts under a running command -----------------
 if want restart; then
 	sql "SELECT queue.create_queue('t_restart')" >/dev/null
