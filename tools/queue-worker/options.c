@@ -122,7 +122,7 @@ usage(void)
 		   "                          only items whose requires are all among its labels\n"
 		   "  -m, --max-items N       claim at most N items, then exit when they are done\n"
 		   "  -i, --idle-exit DUR     exit after DUR without work (e.g. 30s)\n"
-		   "  -g, --grace DUR         on SIGTERM/SIGINT, time running items get to finish (default 30s)\n"
+		   "  -g, --grace DUR         on SIGTERM/SIGINT, time running items get to finish (default 5s)\n"
 		   "      --release-within DUR  a command stopped at the end of the grace period is released\n"
 		   "                          (attempt given back) if it ran less than DUR, else failed\n"
 		   "                          transiently with WORKER_STOPPED (default 1min)\n"

@@ -52,7 +52,7 @@ typedef struct Loop
 Options		opt = {
 	.dsn = "",
 	.concurrency = 1,
-	.grace = 30.0,
+	.grace = 5.0,
 	.poll = 5.0,
 	.poll_max = 30.0,
 	.release_within = 60.0,
