@@ -743,6 +743,12 @@ if want top; then
 	out=$("$TOP" --dsn "$DSN" --once --queue t_top 2>&1)
 	like "top: shows a key's cap in the limits panel" "$out" 't_top +sap +0/3 '
 	like "top: shows the queue-wide rate in the limits panel" "$out" 't_top +\(whole queue\) +0 +0/100 per 00:01:00'
+	# long queue names that differ at their end stay apart
+	sql "SELECT queue.create_queue('t_top_invoices_eu_west_a'); SELECT queue.create_queue('t_top_invoices_eu_west_b')" >/dev/null
+	out=$("$TOP" --dsn "$DSN" --once 2>&1)
+	is "top: two long names that differ at their end show as two names" \
+		"$(printf '%s\n' "$out" | grep -E '^t_top_inv' | awk '{print $1}' | sort -u | wc -l)" 2
+	sql "SELECT queue.drop_queue('t_top_invoices_eu_west_a'); SELECT queue.drop_queue('t_top_invoices_eu_west_b')" >/dev/null
 	"$TOP" --dsn "host=$TMP port=1 dbname=postgres" --once >/dev/null 2>&1
 	is "top: --once exits 1 when the database is unreachable" "$?" 1
 	"$TOP" --interval 0 >/dev/null 2>&1
