@@ -196,6 +196,23 @@ query(Frame *f, const char *what, const char *sql, int nparams)
 	return r;
 }
 
+/*
+ * A queue name in `width` columns: a longer one keeps its start and its
+ * end around a '~', so that names that differ at their end stay apart
+ * (queue names are ASCII).
+ */
+static const char *
+fit_name(char *buf, size_t size, const char *name, int width)
+{
+	int			len = (int) strlen(name);
+	int			tail = width / 3;
+
+	if (len <= width)
+		return name;
+	snprintf(buf, size, "%.*s~%s", width - tail - 1, name, name + len - tail);
+	return buf;
+}
+
 static void
 draw_queues(Frame *f)
 {
@@ -232,7 +249,8 @@ draw_queues(Frame *f)
 					r50[16],
 					r95[16],
 					wait[40],
-					run[40];
+					run[40],
+					name[32];
 		bool		paused = PQgetvalue(r, i, 13)[0] == 't';
 
 		fmt_secs(oldest, sizeof(oldest), PQgetvalue(r, i, 6), PQgetisnull(r, i, 6));
@@ -244,7 +262,8 @@ draw_queues(Frame *f)
 		snprintf(run, sizeof(run), "%s/%s", r50, r95);
 		frame_line(f, paused ? C_YELLOW : NULL,
 				   "%-20.20s %8s %6s %5s %5s %5s %8s %8s %7s %15s %15s %6s %6s  %s",
-				   PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
+				   fit_name(name, sizeof(name), PQgetvalue(r, i, 0), 20),
+				   PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
 				   PQgetvalue(r, i, 3), PQgetvalue(r, i, 4), PQgetvalue(r, i, 5),
 				   oldest, PQgetvalue(r, i, 7), PQgetvalue(r, i, 8), wait, run,
 				   PQgetvalue(r, i, 14), PQgetvalue(r, i, 15),
@@ -266,8 +285,13 @@ draw_health(Frame *f)
 	if (r == NULL)
 		return;
 	for (int i = 0; i < PQntuples(r); i++)
+	{
+		char		name[32];
+
 		frame_line(f, status_color(PQgetvalue(r, i, 1)), "%-20.20s %-9s %s",
-				   PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), PQgetvalue(r, i, 2));
+				   fit_name(name, sizeof(name), PQgetvalue(r, i, 0), 20),
+				   PQgetvalue(r, i, 1), PQgetvalue(r, i, 2));
+	}
 	PQclear(r);
 }
 
@@ -427,9 +451,14 @@ draw_limits(Frame *f)
 	if (PQntuples(r) == 0)
 		frame_line(f, C_DIM, "  (none)");
 	for (int i = 0; i < PQntuples(r); i++)
+	{
+		char		name[32];
+
 		frame_line(f, strcmp(PQgetvalue(r, i, 5), "t") == 0 ? C_YELLOW : NULL,
-				   "%-20.20s %-20.20s %-11s %-16s %s", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
+				   "%-20.20s %-20.20s %-11s %-16s %s",
+				   fit_name(name, sizeof(name), PQgetvalue(r, i, 0), 20), PQgetvalue(r, i, 1),
 				   PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 4));
+	}
 	if (PQntuples(r) > 0 && atoi(PQgetvalue(r, 0, 6)) > MAX_ROWS_LIMITS)
 		frame_line(f, C_DIM, "  ... %d in all (SELECT * FROM queue.limits)",
 				   atoi(PQgetvalue(r, 0, 6)));
@@ -455,9 +484,10 @@ draw_alerts(Frame *f)
 	for (int i = 0; i < PQntuples(r); i++)
 	{
 		const char *kind = PQgetvalue(r, i, 1);
+		char		name[32];
 
 		frame_line(f, strstr(kind, "critical") || strstr(kind, "breaker") ? C_RED : C_YELLOW,
-				   "%-20.20s %-15s %-8s %s", PQgetvalue(r, i, 0), kind,
+				   "%-20.20s %-15s %-8s %s", fit_name(name, sizeof(name), PQgetvalue(r, i, 0), 20), kind,
 				   PQgetvalue(r, i, 2), PQgetvalue(r, i, 3));
 	}
 	if (PQntuples(r) > 0 && atoi(PQgetvalue(r, 0, 4)) > MAX_ROWS_ALERTS)
