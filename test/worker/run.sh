@@ -736,6 +736,11 @@ if want top; then
 	like "top: shows the sections" "$out" 'HEALTH'
 	like "top: shows the workers of the queue given with --queue" \
 		"$("$TOP" --dsn "$DSN" --once --queue t_top 2>&1)" 'top1 +(idle|active)'
+	sql "SELECT queue.enqueue('t_top', '{}'); SELECT count(*) FROM queue.dequeue('t_top', 'top_dq_only')" >/dev/null
+	like "top: --queue shows a worker that holds the queue's items without having registered it" \
+		"$("$TOP" --dsn "$DSN" --once --queue t_top 2>&1)" 'top_dq_only +active'
+	sql "SELECT queue.complete('t_top', item_id, lease_token) FROM queue.item_live
+	      WHERE queue_name = 't_top' AND worker = 'top_dq_only'" >/dev/null
 	is "top: --queue leaves out the other queues" \
 		"$("$TOP" --dsn "$DSN" --once --queue t_top 2>&1 | grep '^t_' | grep -vc '^t_top ')" 0
 	if printf '%s' "$out" | grep -q $'\033'; then notok "top: --once prints no escape codes"; else ok "top: --once prints no escape codes"; fi
