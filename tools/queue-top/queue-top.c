@@ -333,6 +333,8 @@ draw_workers(Frame *f)
 	r = query(f, "workers",
 			  "SELECT * FROM queue.workers w"
 			  " WHERE $1::text IS NULL OR $1::text = ANY (w.queues)"
+			  "    OR EXISTS (SELECT 1 FROM queue.items i"
+			  "                WHERE i.queue_name = $1::text AND i.worker = w.worker)"
 			  " ORDER BY 1 LIMIT 200", 1);
 	if (r == NULL)
 		return;
