@@ -748,6 +748,12 @@ if want top; then
 	out=$("$TOP" --dsn "$DSN" --once --queue t_top 2>&1)
 	like "top: shows a key's cap in the limits panel" "$out" 't_top +sap +0/3 '
 	like "top: shows the queue-wide rate in the limits panel" "$out" 't_top +\(whole queue\) +0 +0/100 per 00:01:00'
+	# failures of the last minute are unknown where audit = 'none' keeps no events
+	sql "SELECT queue.create_queue('t_top_quiet', audit => 'none'); SELECT queue.enqueue('t_top_quiet', '{}');
+	     SELECT queue.fail('t_top_quiet', item_id, lease_token, 'boom') FROM queue.dequeue('t_top_quiet', 'q1')" >/dev/null
+	like "top: fail/m of a queue with audit = 'none' shows '-', not 0" \
+		"$("$TOP" --dsn "$DSN" --once --queue t_top_quiet 2>&1)" '^t_top_quiet .* +0 +- +running'
+	sql "SELECT queue.drop_queue('t_top_quiet', force => true)" >/dev/null
 	# long queue names that differ at their end stay apart
 	sql "SELECT queue.create_queue('t_top_invoices_eu_west_a'); SELECT queue.create_queue('t_top_invoices_eu_west_b')" >/dev/null
 	out=$("$TOP" --dsn "$DSN" --once 2>&1)
