@@ -234,8 +234,10 @@ draw_queues(Frame *f)
 			  "  s.processed_1h, s.failed_1h,"
 			  "  extract(epoch FROM s.wait_p50)::float8, extract(epoch FROM s.wait_p95)::float8,"
 			  "  extract(epoch FROM s.run_p50)::float8, extract(epoch FROM s.run_p95)::float8,"
-			  "  s.paused, coalesce(d.n, 0), coalesce(x.n, 0)"
+			  "  s.paused, coalesce(d.n, 0),"
+			  "  CASE WHEN q.audit = 'none' THEN '-' ELSE coalesce(x.n, 0)::text END"
 			  " FROM s LEFT JOIN done d USING (queue_name) LEFT JOIN failed x USING (queue_name)"
+			  " LEFT JOIN queue.queues q USING (queue_name)"
 			  " ORDER BY s.queue_name", 1);
 	if (r == NULL)
 		return;
