@@ -566,6 +566,19 @@ if want samename; then
 	fi
 fi
 
+# -- case: a worker name another role registered: the worker refuses to start
+if want owner; then
+	sql "CREATE ROLE qw_other LOGIN IN ROLE queue_worker;
+	     CREATE ROLE qw_me LOGIN IN ROLE queue_worker" >/dev/null
+	sql "SELECT queue.create_queue('t_owner')" >/dev/null
+	sql "SET ROLE qw_other; SELECT queue.register_worker('owned-name')" >/dev/null
+	"$WORKER" --dsn "$DSN user=qw_me" --queue t_owner --name owned-name --max-items 1 --idle-exit 1s \
+		--exec true >"$LOG/owner.out" 2>"$LOG/owner.log"
+	is "owner: a worker name that another role registered stops the worker with exit 1" "$?" 1
+	like "owner: the worker says whose name it is" "$(cat "$LOG/owner.log")" 'belongs to role qw_other'
+	sql "DELETE FROM queue.worker_registry WHERE worker = 'owned-name'; DROP ROLE qw_other; DROP OWNED BY qw_me; DROP ROLE qw_me" >/dev/null
+fi
+
 # -- case: a claim whose reply was lost comes back within one lease -------
 if want lostreply; then
 	if [ "$(has_arg register_worker restart)" = t ]; then
