@@ -276,6 +276,8 @@ register_worker(bool restart)
 	bool		use_labels = opt.labels != NULL && server_has_labels;
 	bool		use_restart = restart && server_has_restart;
 	PGresult   *res;
+	char		sqlstate[6];
+	QStatus		qs;
 
 	gethostname(host, sizeof(host) - 1);
 	sanitize_utf8(host, strlen(host));
@@ -293,12 +295,19 @@ register_worker(bool restart)
 		vals[nvals++] = opt.labels;
 	if (use_restart)
 		vals[nvals++] = "true";
-	if (run_query("register_worker", sql[use_labels][use_restart],
-				  nvals, vals, &res, NULL) == Q_OK)
+	qs = run_query("register_worker", sql[use_labels][use_restart], nvals, vals, &res, sqlstate);
+	if (qs == Q_OK)
 	{
 		PQclear(res);
 		if (use_restart)
 			log_msg("registered; leases an earlier process held under this name were ended");
+	}
+	else if (qs == Q_FAIL && restart && !strcmp(sqlstate, "42501"))
+	{
+		/* the name is another role's: running under it would mix two bots */
+		fprintf(stderr, "%s: cannot run as worker \"%s\" (see the error above)\n"
+				"Choose another --name, or ask a queue_admin.\n", progname, worker_name);
+		exit(1);
 	}
 }
 
@@ -332,6 +341,9 @@ try_connect(void)
 		run_query("heartbeat", "SELECT queue.heartbeat($1)", 1, vals, NULL, NULL);
 	}
 	register_worker(false);
+	/* the heartbeat set the leases to the queue's lease_timeout: extend now */
+	for (int i = 0; i < nitems; i++)
+		items[i].next_extend = 0;
 	return conn != NULL;
 }
 
