@@ -115,7 +115,12 @@ static SPIPlanPtr undo_plan = NULL;
 	" WHERE u.id IS NOT NULL " \
 	conflict \
 	"RETURNING item_id"
-#define BATCH_INSERT_SQL BATCH_INSERT_SQL_WITH(ON_CONFLICT_SQL)
+/*
+ * Keyed rows go in key order (then input order, so the first of a repeated
+ * key wins): two batches never wait for each other's keys in a cycle.
+ */
+#define KEY_ORDER " ORDER BY u.k, u.id "
+#define BATCH_INSERT_SQL BATCH_INSERT_SQL_WITH(KEY_ORDER ON_CONFLICT_SQL)
 #define PLAIN_BATCH_INSERT_SQL BATCH_INSERT_SQL_WITH("")
 
 #define FLOW_BATCH_INSERT_SQL \
@@ -126,7 +131,7 @@ static SPIPlanPtr undo_plan = NULL;
 	"                  pg_catalog.unnest($8::pg_catalog.text[]), pg_catalog.unnest($9::pg_catalog.text[]), " \
 	"                  pg_catalog.unnest($10::pg_catalog.text[])) AS u(id, p, k, g, l) " \
 	" WHERE u.id IS NOT NULL " \
-	ON_CONFLICT_SQL \
+	KEY_ORDER ON_CONFLICT_SQL \
 	"RETURNING item_id"
 
 #define BATCH_HOLDER_SQL \
@@ -714,6 +719,7 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 		bool	   *new_id_nulls;
 		Datum	   *ins_ids;
 		bool	   *ins_id_nulls;
+		bool	   *pending;
 		int			nnew;
 		Oid			idtype = INT4OID;
 		Datum		nval = Int32GetDatum(n);
@@ -750,17 +756,16 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 
 			ins_ids = palloc(sizeof(Datum) * n);
 			ins_id_nulls = palloc(sizeof(bool) * n);
+			pending = palloc(sizeof(bool) * n);
 			for (int i = 0; i < n; i++)
 			{
-				to_insert[i] = (ids[i] == 0);
+				pending[i] = (ids[i] == 0);
+				to_insert[i] = false;
 				ins_ids[i] = new_ids[i];
-				ins_id_nulls[i] = !to_insert[i];
 			}
+			ninserted = 0;
 
 			ivalues[0] = CStringGetTextDatum(queue_name);
-			ivalues[1] = PointerGetDatum(construct_md_array(ins_ids, ins_id_nulls, 1, &n,
-															(int[]){1}, INT8OID, 8,
-															FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 			ivalues[2] = PointerGetDatum(payload_arr);
 			ivalues[3] = Int32GetDatum(priority);
 			ivalues[4] = TimestampTzGetDatum(run_at);
@@ -786,67 +791,99 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 				plan = queue_prepare_cached(&batch_insert_plan, BATCH_INSERT_SQL, 8, itypes);
 			else
 				plan = queue_prepare_cached(&plain_batch_insert_plan, PLAIN_BATCH_INSERT_SQL, 8, itypes);
-			queue_spi_exec(plan, ivalues, inulls, false, 0, SPI_OK_INSERT_RETURNING, "inserting items");
-			ninserted = (int) SPI_processed;
 
-			/* Mark what went in; a position that did not lost a dedup race. */
-			if (ninserted == n)
+			/*
+			 * Insert the pending positions; a position whose key a live item
+			 * holds (or an earlier position of the batch) takes the holder's
+			 * id.  A holder that finished between the INSERT and the lookup
+			 * leaves its key free: such positions are inserted again.
+			 */
+			for (int round = 1;; round++)
 			{
+				int			npending = 0;
+				int			nthis;
+				int			nleft = 0;
+
 				for (int i = 0; i < n; i++)
-					ids[i] = DatumGetInt64(new_ids[i]);
-			}
-			else
-			{
-				/*
-				 * A hash of the ids that went in marks their positions; the
-				 * keys of the others (held by a live item, or repeated in the
-				 * batch) are looked up, alone, for their holders' ids.
-				 */
-				HASHCTL		ctl;
-				HTAB	   *went_in;
-				Datum	   *lost_keys = palloc(sizeof(Datum) * n);
-				int			nlost = 0;
-
-				ctl.keysize = sizeof(int64);
-				ctl.entrysize = sizeof(int64);
-				ctl.hcxt = CurrentMemoryContext;
-				went_in = hash_create("queue inserted ids", Max(ninserted, 1), &ctl,
-									  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-				for (uint64 r = 0; r < SPI_processed; r++)
 				{
-					int64		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
-																 SPI_tuptable->tupdesc, 1, &isnull));
-
-					CHECK_FOR_INTERRUPTS();
-					(void) hash_search(went_in, &id, HASH_ENTER, NULL);
+					ins_id_nulls[i] = !pending[i];
+					npending += pending[i] ? 1 : 0;
 				}
-				for (int i = 0; i < n; i++)
-				{
-					int64		id = DatumGetInt64(new_ids[i]);
+				ivalues[1] = PointerGetDatum(construct_md_array(ins_ids, ins_id_nulls, 1, &n,
+																(int[]){1}, INT8OID, 8,
+																FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+				queue_spi_exec(plan, ivalues, inulls, false, 0, SPI_OK_INSERT_RETURNING,
+							   "inserting items");
+				nthis = (int) SPI_processed;
+				ninserted += nthis;
 
-					CHECK_FOR_INTERRUPTS();
-					if (!to_insert[i])
-						continue;
-					if (hash_search(went_in, &id, HASH_FIND, NULL) != NULL)
-						ids[i] = id;
-					else
+				if (nthis == npending)
+				{
+					for (int i = 0; i < n; i++)
+						if (pending[i])
+						{
+							ids[i] = DatumGetInt64(new_ids[i]);
+							to_insert[i] = true;
+						}
+					break;
+				}
+				else
+				{
+					/* A hash of the ids that went in marks their positions. */
+					HASHCTL		ctl;
+					HTAB	   *went_in;
+					Datum	   *lost_keys = palloc(sizeof(Datum) * n);
+					int			nlost = 0;
+
+					ctl.keysize = sizeof(int64);
+					ctl.entrysize = sizeof(int64);
+					ctl.hcxt = CurrentMemoryContext;
+					went_in = hash_create("queue inserted ids", Max(nthis, 1), &ctl,
+										  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+					for (uint64 r = 0; r < SPI_processed; r++)
 					{
-						to_insert[i] = false;
-						if (!key_nulls[i])
+						int64		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
+																	 SPI_tuptable->tupdesc, 1, &isnull));
+
+						CHECK_FOR_INTERRUPTS();
+						(void) hash_search(went_in, &id, HASH_ENTER, NULL);
+					}
+					for (int i = 0; i < n; i++)
+					{
+						int64		id = DatumGetInt64(new_ids[i]);
+
+						CHECK_FOR_INTERRUPTS();
+						if (!pending[i])
+							continue;
+						pending[i] = false;
+						if (hash_search(went_in, &id, HASH_FIND, NULL) != NULL)
+						{
+							ids[i] = id;
+							to_insert[i] = true;
+						}
+						else if (!key_nulls[i])
 							lost_keys[nlost++] = keys[i];
 					}
+					hash_destroy(went_in);
+					kvalues[1] = PointerGetDatum(construct_array(lost_keys, nlost, TEXTOID, -1,
+																 false, TYPALIGN_INT));
+					resolve_keys(queue_prepare_cached(&batch_holder_plan, BATCH_HOLDER_SQL, 2, ktypes),
+								 kvalues, n, keys, key_nulls, ids);
 				}
-				hash_destroy(went_in);
-				kvalues[1] = PointerGetDatum(construct_array(lost_keys, nlost, TEXTOID, -1,
-															 false, TYPALIGN_INT));
-				resolve_keys(queue_prepare_cached(&batch_holder_plan, BATCH_HOLDER_SQL, 2, ktypes),
-							 kvalues, n, keys, key_nulls, ids);
 				for (int i = 0; i < n; i++)
 					if (ids[i] == 0)
-						ereport(ERROR,
-								(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-								 errmsg("could not settle dedup_key conflict on queue \"%s\"", queue_name),
-								 errhint("Retry the transaction.")));
+					{
+						pending[i] = true;
+						nleft++;
+					}
+				if (nleft == 0)
+					break;
+				if (round == 3)
+					ereport(ERROR,
+							(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+							 errmsg("could not settle dedup_key conflict on queue \"%s\"", queue_name),
+							 errhint("Retry the transaction.")));
+				CHECK_FOR_INTERRUPTS();
 			}
 		}
 
