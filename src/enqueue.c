@@ -116,11 +116,21 @@ static SPIPlanPtr undo_plan = NULL;
 	conflict \
 	"RETURNING item_id"
 /*
- * Keyed rows go in key order (then input order, so the first of a repeated
- * key wins): two batches never wait for each other's keys in a cycle.
+ * A batch's keyed rows go in key order, and a key some live item holds
+ * locks that holder (DO UPDATE whose WHERE is false updates nothing but
+ * locks the row it met), so the holder is still there when its id is
+ * looked up: a batch waits for keys (an uncommitted insert, a locked
+ * holder) only in key order, and two batches never wait for each other in
+ * a cycle.  A holder stays locked until the batch's transaction ends: a
+ * claim skips it meanwhile, a complete of it waits.  Only the first
+ * position of a key repeated in the batch is inserted (DO UPDATE may not
+ * meet a row of its own statement); the others take its id.
  */
 #define KEY_ORDER " ORDER BY u.k, u.id "
-#define BATCH_INSERT_SQL BATCH_INSERT_SQL_WITH(KEY_ORDER ON_CONFLICT_SQL)
+#define BATCH_ON_CONFLICT_SQL \
+	"ON CONFLICT (queue_name, dedup_key) WHERE dedup_key IS NOT NULL " \
+	"DO UPDATE SET payload = item_live.payload WHERE false "
+#define BATCH_INSERT_SQL BATCH_INSERT_SQL_WITH(KEY_ORDER BATCH_ON_CONFLICT_SQL)
 #define PLAIN_BATCH_INSERT_SQL BATCH_INSERT_SQL_WITH("")
 
 #define FLOW_BATCH_INSERT_SQL \
@@ -131,7 +141,7 @@ static SPIPlanPtr undo_plan = NULL;
 	"                  pg_catalog.unnest($8::pg_catalog.text[]), pg_catalog.unnest($9::pg_catalog.text[]), " \
 	"                  pg_catalog.unnest($10::pg_catalog.text[])) AS u(id, p, k, g, l) " \
 	" WHERE u.id IS NOT NULL " \
-	KEY_ORDER ON_CONFLICT_SQL \
+	KEY_ORDER BATCH_ON_CONFLICT_SQL \
 	"RETURNING item_id"
 
 #define BATCH_HOLDER_SQL \
@@ -497,6 +507,58 @@ typedef struct KeyHolder
 } KeyHolder;
 
 /*
+ * Mark the positions whose key an earlier pending position of the batch
+ * carries: they are no longer pending, and first[i] is the position whose
+ * id they take (-1 for every other position).
+ */
+typedef struct KeyFirst
+{
+	char	   *key;			/* hash key */
+	int			pos;			/* its first pending position */
+} KeyFirst;
+
+static int *
+first_of_keys(int n, Datum *keys, bool *key_nulls, bool *pending)
+{
+	int		   *first = palloc(sizeof(int) * n);
+	HASHCTL		ctl;
+	HTAB	   *seen;
+
+	ctl.keysize = sizeof(char *);
+	ctl.entrysize = sizeof(KeyFirst);
+	ctl.hash = string_hash_ptr;
+	ctl.match = string_match_ptr;
+	ctl.hcxt = CurrentMemoryContext;
+	seen = hash_create("queue batch keys", n, &ctl,
+					   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+	for (int i = 0; i < n; i++)
+	{
+		char	   *key;
+		KeyFirst   *h;
+		bool		found;
+
+		CHECK_FOR_INTERRUPTS();
+		first[i] = -1;
+		if (!pending[i] || key_nulls[i])
+			continue;
+		key = TextDatumGetCString(keys[i]);
+		h = hash_search(seen, &key, HASH_ENTER, &found);
+		if (found)
+		{
+			first[i] = h->pos;
+			pending[i] = false;
+		}
+		else
+		{
+			h->key = key;
+			h->pos = i;
+		}
+	}
+	hash_destroy(seen);
+	return first;
+}
+
+/*
  * Look dedup keys up with `plan` (rows of (key, id)) and record the id of
  * every position whose key is found and has no id yet.  A hash of the rows
  * keeps a batch of many keys linear.
@@ -720,6 +782,7 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 		Datum	   *ins_ids;
 		bool	   *ins_id_nulls;
 		bool	   *pending;
+		int		   *first;
 		int			nnew;
 		Oid			idtype = INT4OID;
 		Datum		nval = Int32GetDatum(n);
@@ -763,6 +826,7 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 				to_insert[i] = false;
 				ins_ids[i] = new_ids[i];
 			}
+			first = any_key ? first_of_keys(n, keys, key_nulls, pending) : NULL;
 			ninserted = 0;
 
 			ivalues[0] = CStringGetTextDatum(queue_name);
@@ -794,15 +858,12 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 
 			/*
 			 * Insert the pending positions; a position whose key a live item
-			 * holds (or an earlier position of the batch) takes the holder's
-			 * id.  A holder that finished between the INSERT and the lookup
-			 * leaves its key free: such positions are inserted again.
+			 * holds takes the holder's id (the holder is locked by the
+			 * insert, see BATCH_ON_CONFLICT_SQL, so it is still there).
 			 */
-			for (int round = 1;; round++)
 			{
 				int			npending = 0;
 				int			nthis;
-				int			nleft = 0;
 
 				for (int i = 0; i < n; i++)
 				{
@@ -815,7 +876,7 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 				queue_spi_exec(plan, ivalues, inulls, false, 0, SPI_OK_INSERT_RETURNING,
 							   "inserting items");
 				nthis = (int) SPI_processed;
-				ninserted += nthis;
+				ninserted = nthis;
 
 				if (nthis == npending)
 				{
@@ -825,15 +886,14 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 							ids[i] = DatumGetInt64(new_ids[i]);
 							to_insert[i] = true;
 						}
-					break;
 				}
 				else
 				{
 					/* A hash of the ids that went in marks their positions. */
 					HASHCTL		ctl;
 					HTAB	   *went_in;
-					Datum	   *lost_keys = palloc(sizeof(Datum) * n);
-					int			nlost = 0;
+					Datum	   *held_keys = palloc(sizeof(Datum) * n);
+					int			nheld = 0;
 
 					ctl.keysize = sizeof(int64);
 					ctl.entrysize = sizeof(int64);
@@ -855,35 +915,28 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 						CHECK_FOR_INTERRUPTS();
 						if (!pending[i])
 							continue;
-						pending[i] = false;
 						if (hash_search(went_in, &id, HASH_FIND, NULL) != NULL)
 						{
 							ids[i] = id;
 							to_insert[i] = true;
 						}
 						else if (!key_nulls[i])
-							lost_keys[nlost++] = keys[i];
+							held_keys[nheld++] = keys[i];
 					}
 					hash_destroy(went_in);
-					kvalues[1] = PointerGetDatum(construct_array(lost_keys, nlost, TEXTOID, -1,
+					kvalues[1] = PointerGetDatum(construct_array(held_keys, nheld, TEXTOID, -1,
 																 false, TYPALIGN_INT));
 					resolve_keys(queue_prepare_cached(&batch_holder_plan, BATCH_HOLDER_SQL, 2, ktypes),
 								 kvalues, n, keys, key_nulls, ids);
 				}
 				for (int i = 0; i < n; i++)
+				{
+					if (first != NULL && first[i] >= 0)
+						ids[i] = ids[first[i]];
 					if (ids[i] == 0)
-					{
-						pending[i] = true;
-						nleft++;
-					}
-				if (nleft == 0)
-					break;
-				if (round == 3)
-					ereport(ERROR,
-							(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-							 errmsg("could not settle dedup_key conflict on queue \"%s\"", queue_name),
-							 errhint("Retry the transaction.")));
-				CHECK_FOR_INTERRUPTS();
+						elog(ERROR, "queue: no item for position %d of the batch on queue \"%s\"",
+							 i + 1, queue_name);
+				}
 			}
 		}
 
