@@ -211,8 +211,13 @@ static SPIPlanPtr cancel_end_plan = NULL;
 	"   AND lease_token" OP("=") "$3 AND lease_token" OP(">") "0 " cond \
 	"RETURNING lease_expires_at, worker"
 
-/* an unexpired lease: the common case, no cap is touched */
-#define EXTEND_CURRENT " AND lease_expires_at" OP(">") "pg_catalog.statement_timestamp() "
+/*
+ * An unexpired lease: the common case, no cap is touched.  Unexpired when
+ * the row is met, not when the statement started: an extension that waited
+ * for the row past the expiry is a revival (a claim may have counted the
+ * lease's slot free meanwhile).
+ */
+#define EXTEND_CURRENT " AND lease_expires_at" OP(">") "pg_catalog.clock_timestamp() "
 
 /* an expired lease nobody re-claimed: locked before the caps are asked */
 #define REVIVE_LOCK_SQL \

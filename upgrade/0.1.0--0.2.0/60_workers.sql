@@ -215,7 +215,8 @@ BEGIN
          WHERE i.queue_name = q.queue_name AND i.worker = v_worker
            AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
            AND i.cancel_requested_at IS NULL
-           AND i.lease_expires_at > statement_timestamp();
+           -- unexpired when the row is met (after any wait for its lock)
+           AND i.lease_expires_at > clock_timestamp();
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_total := v_total + v_n;
         -- caps stay exact: an expired lease nobody re-claimed is revived
@@ -225,7 +226,7 @@ BEGIN
              WHERE i.queue_name = q.queue_name AND i.worker = v_worker
                AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
                AND i.cancel_requested_at IS NULL
-               AND i.lease_expires_at <= statement_timestamp()
+               AND i.lease_expires_at <= clock_timestamp()
              ORDER BY i.item_id
         LOOP
             IF queue.extend_lease(q.queue_name, r.item_id, r.lease_token, q.lease_timeout) IS NOT NULL THEN
