@@ -37,6 +37,9 @@ COMMENT ON FUNCTION queue._may_access(text, text) IS 'Whether the caller has the
 CREATE FUNCTION queue._session_key() RETURNS bigint
     LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_session_key_sql';
 COMMENT ON FUNCTION queue._session_key() IS 'The calling connection, as a number no other live connection shares';
+CREATE FUNCTION queue._session_alive(session bigint) RETURNS boolean
+    LANGUAGE c VOLATILE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_session_alive';
+COMMENT ON FUNCTION queue._session_alive(bigint) IS 'Whether the connection with this key (queue._session_key) is still open';
 
 CREATE FUNCTION queue._worker_offline_after() RETURNS int
     LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_worker_offline_after_seconds';

@@ -128,10 +128,10 @@ COMMENT ON FUNCTION queue.register_worker(text, text[], int, jsonb, text[], bool
 
 -- Only leases a live process tracks are renewed (src/worker.c): a lease
 -- claimed or extended on the connection the worker heartbeated on before
--- is left to expire once the heartbeats come from another connection,
--- until the bot extends or checkpoints it (a claim whose reply was lost
--- with the old connection comes back within one lease_timeout).  Only
--- queues the caller may work.
+-- is left to expire once the heartbeats come from another connection and
+-- that one has gone away, until the bot extends or checkpoints it (a claim
+-- whose reply was lost with the old connection comes back within one
+-- lease_timeout).  Only queues the caller may work.
 CREATE FUNCTION queue.heartbeat(worker text)
 RETURNS int LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
@@ -144,16 +144,28 @@ DECLARE
     r record;
     v_n int;
     v_total int := 0;
+    v_now timestamptz;
 BEGIN
     SELECT w.session INTO v_prev FROM queue.worker_registry w WHERE w.worker = v_worker;
     -- NB: items before the worker row, the order offline recovery takes them in
     FOR q IN SELECT c.queue_name, c.lease_timeout FROM queue.queue_config c ORDER BY 1 LOOP
         CONTINUE WHEN NOT queue._may_access(q.queue_name, 'worker');
-        IF v_prev <> v_session THEN
+        -- the leases of the worker's previous connection, if it has gone
+        -- away: a claim whose reply may have been lost with it
+        IF v_prev <> v_session AND NOT queue._session_alive(v_prev) THEN
             UPDATE queue.item_live i SET lease_session = 0
              WHERE i.queue_name = q.queue_name AND i.worker = v_worker
                AND i.lease_token IS NOT NULL AND i.lease_session = v_prev;
         END IF;
+        -- the leases are locked first: whether one is unexpired is judged
+        -- once it is held (after any wait for its lock), see extend_lease
+        PERFORM FROM queue.item_live i
+         WHERE i.queue_name = q.queue_name AND i.worker = v_worker
+           AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
+           AND i.cancel_requested_at IS NULL
+         ORDER BY i.item_id
+           FOR UPDATE;
+        v_now := clock_timestamp();
         -- a lease runs from this statement, not from the transaction's start
         UPDATE queue.item_live i
            SET lease_expires_at = statement_timestamp() + q.lease_timeout,
@@ -161,8 +173,7 @@ BEGIN
          WHERE i.queue_name = q.queue_name AND i.worker = v_worker
            AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
            AND i.cancel_requested_at IS NULL
-           -- unexpired when the row is met (after any wait for its lock)
-           AND i.lease_expires_at > clock_timestamp();
+           AND i.lease_expires_at > v_now;
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_total := v_total + v_n;
         -- caps stay exact: an expired lease nobody re-claimed is revived
@@ -172,7 +183,7 @@ BEGIN
              WHERE i.queue_name = q.queue_name AND i.worker = v_worker
                AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
                AND i.cancel_requested_at IS NULL
-               AND i.lease_expires_at <= clock_timestamp()
+               AND i.lease_expires_at <= v_now
              ORDER BY i.item_id
         LOOP
             IF queue.extend_lease(q.queue_name, r.item_id, r.lease_token, q.lease_timeout) IS NOT NULL THEN

@@ -85,9 +85,7 @@ static SPIPlanPtr bury_plan = NULL;
 static SPIPlanPtr release_plan = NULL;
 static SPIPlanPtr extend_plan = NULL;
 static SPIPlanPtr extend_plan_v1 = NULL;
-static SPIPlanPtr revive_lock_plan = NULL;
-static SPIPlanPtr revive_plan = NULL;
-static SPIPlanPtr revive_plan_v1 = NULL;
+static SPIPlanPtr lease_lock_plan = NULL;
 static SPIPlanPtr checkpoint_plan_v1 = NULL;
 static SPIPlanPtr checkpoint_plan = NULL;
 static SPIPlanPtr cancelled_plan = NULL;
@@ -202,26 +200,24 @@ static SPIPlanPtr cancel_end_plan = NULL;
 	"   AND i.lease_token" OP("=") "$3 AND i.lease_token" OP(">") "0 " \
 	"RETURNING i.attempt, held.worker"
 
-#define EXTEND_SQL_WITH(session, cond) \
+#define EXTEND_SQL_WITH(session) \
 	"UPDATE queue.item_live " \
 	"   SET lease_expires_at = pg_catalog.statement_timestamp()" OP("+") "$4, " \
 	"       visible_at = pg_catalog.statement_timestamp()" OP("+") "$4 " \
 	session \
 	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
-	"   AND lease_token" OP("=") "$3 AND lease_token" OP(">") "0 " cond \
+	"   AND lease_token" OP("=") "$3 AND lease_token" OP(">") "0 " \
 	"RETURNING lease_expires_at, worker"
 
 /*
- * An unexpired lease: the common case, no cap is touched.  Unexpired when
- * the row is met, not when the statement started: an extension that waited
- * for the row past the expiry is a revival (a claim may have counted the
- * lease's slot free meanwhile).
+ * The lease's row, locked before anything is decided: whether the lease is
+ * unexpired is judged once it is held (a statement's own test would use the
+ * statement's start, so an extension that waited for the row past the
+ * expiry would renew it without asking the caps; and Citus allows no clock
+ * in an UPDATE's WHERE).
  */
-#define EXTEND_CURRENT " AND lease_expires_at" OP(">") "pg_catalog.clock_timestamp() "
-
-/* an expired lease nobody re-claimed: locked before the caps are asked */
-#define REVIVE_LOCK_SQL \
-	"SELECT worker, cap_stripe FROM queue.item_live " \
+#define LEASE_LOCK_SQL \
+	"SELECT worker, cap_stripe, lease_expires_at FROM queue.item_live " \
 	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
 	"   AND lease_token" OP("=") "$3 AND lease_token" OP(">") "0 FOR UPDATE"
 
@@ -237,10 +233,8 @@ static SPIPlanPtr cancel_end_plan = NULL;
  * (src/worker.c); the column is absent before 0.2.0's update. */
 #define LEASE_SESSION ", lease_session = queue._session_key() "
 /* a revived lease that sweep counted as lost may be lost (and counted) again */
-#define EXTEND_SQL EXTEND_SQL_WITH(LEASE_SESSION ", lost_counted = false ", EXTEND_CURRENT)
-#define EXTEND_SQL_V1 EXTEND_SQL_WITH("", EXTEND_CURRENT)
-#define REVIVE_SQL EXTEND_SQL_WITH(LEASE_SESSION ", lost_counted = false ", "")
-#define REVIVE_SQL_V1 EXTEND_SQL_WITH("", "")
+#define EXTEND_SQL EXTEND_SQL_WITH(LEASE_SESSION ", lost_counted = false ")
+#define EXTEND_SQL_V1 EXTEND_SQL_WITH("")
 #define CHECKPOINT_SQL CHECKPOINT_SQL_WITH(LEASE_SESSION)
 #define CHECKPOINT_SQL_V1 CHECKPOINT_SQL_WITH("")
 
@@ -1029,44 +1023,45 @@ queue_extend_lease(PG_FUNCTION_ARGS)
 	values[1] = PG_GETARG_DATUM(1);
 	values[2] = PG_GETARG_DATUM(2);
 	values[3] = IntervalPGetDatum(&by);
-	queue_spi_exec(queue_schema_current() ?
-				   queue_prepare_cached(&extend_plan, EXTEND_SQL, 4, argtypes) :
-				   queue_prepare_cached(&extend_plan_v1, EXTEND_SQL_V1, 4, argtypes),
-				   values, NULL, false, 0, SPI_OK_UPDATE_RETURNING, "extending lease");
+	queue_spi_exec(queue_prepare_cached(&lease_lock_plan, LEASE_LOCK_SQL, 3, argtypes),
+				   values, NULL, false, 1, SPI_OK_SELECT, "locking item");
 	if (SPI_processed == 0)
 	{
+		queue_spi_finish();
+		PG_RETURN_NULL();
+	}
+	else
+	{
+		bool		worker_null;
+		bool		stripe_null;
+		bool		isnull;
+		Datum		worker;
+		int			stripe;
+		TimestampTz expires;
+
+		worker = SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+												 &worker_null), false, -1);
+		stripe = DatumGetInt16(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
+											 &stripe_null));
+		expires = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+													3, &isnull));
+
 		/*
 		 * Caps stay exact: reviving an expired lease nobody re-claimed is a
 		 * claim, refused (NULL) where the queue's or the worker's cap is full.
 		 */
-		bool		isnull;
-		bool		stripe_null;
-		Datum		worker;
-		int			stripe;
-
-		queue_spi_exec(queue_prepare_cached(&revive_lock_plan, REVIVE_LOCK_SQL, 3, argtypes),
-					   values, NULL, false, 1, SPI_OK_SELECT, "locking item");
-		if (SPI_processed == 0)
-		{
-			queue_spi_finish();
-			PG_RETURN_NULL();
-		}
-		worker = SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
-												 &isnull), false, -1);
-		stripe = DatumGetInt16(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
-											 &stripe_null));
-		if (!isnull &&
+		if (!isnull && expires <= GetCurrentTimestamp() && !worker_null &&
 			!queue_cap_admits_revival(&cfg, values[0], worker, DatumGetInt64(values[1]),
 									  stripe_null ? -1 : stripe))
 		{
 			queue_spi_finish();
 			PG_RETURN_NULL();
 		}
-		queue_spi_exec(queue_schema_current() ?
-					   queue_prepare_cached(&revive_plan, REVIVE_SQL, 4, argtypes) :
-					   queue_prepare_cached(&revive_plan_v1, REVIVE_SQL_V1, 4, argtypes),
-					   values, NULL, false, 0, SPI_OK_UPDATE_RETURNING, "reviving lease");
 	}
+	queue_spi_exec(queue_schema_current() ?
+				   queue_prepare_cached(&extend_plan, EXTEND_SQL, 4, argtypes) :
+				   queue_prepare_cached(&extend_plan_v1, EXTEND_SQL_V1, 4, argtypes),
+				   values, NULL, false, 0, SPI_OK_UPDATE_RETURNING, "extending lease");
 	found = (SPI_processed == 1);
 	if (found)
 	{

@@ -21,9 +21,10 @@
  * Connections.  queue._session_key() names this backend's connection.
  * dequeue, extend_lease and checkpoint store it in item_live.lease_session;
  * heartbeat stores it in worker_registry.session.  When a worker's
- * heartbeat arrives on another connection than its previous one, leases
- * last claimed or extended on that previous connection may be claims whose
- * reply was lost with it: heartbeat stops renewing them (lease_session 0)
+ * heartbeat arrives on another connection than its previous one and that
+ * one has gone away (queue._session_alive), leases last claimed or
+ * extended on it may be claims whose reply was lost with it: heartbeat
+ * stops renewing them (lease_session 0)
  * until the bot proves it knows one by extending or checkpointing it
  * (schema/60_fleet.sql, queue.heartbeat).  A bot that opens a connection
  * per call never claims on its heartbeat connection, so its leases stay
@@ -51,11 +52,17 @@
 #include "parser/parse_func.h"
 #include "utils/lsyscache.h"
 #include "access/xact.h"
+#include "storage/procarray.h"
+#include "utils/backend_status.h"
 #include "utils/timestamp.h"
 
 #include "queue.h"
 
 PG_FUNCTION_INFO_V1(queue_session_key_sql);
+PG_FUNCTION_INFO_V1(queue_session_alive);
+
+/* A Citus global session id is its node id times this plus a process id. */
+#define CITUS_GPID_NODE_MULTIPLIER INT64CONST(10000000000)
 
 /*
  * last_seen is rewritten by a sign of life at most this often (and at least
@@ -130,6 +137,46 @@ Datum
 queue_session_key_sql(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_INT64(queue_session_key());
+}
+
+/*
+ * queue._session_alive(session bigint) returns boolean
+ *
+ * Is the connection with this key (queue_session_key) still open?  Without
+ * Citus: some backend of the cluster has that start time and process id.
+ * Under Citus the key is a global session id: a session of this node is
+ * alive while a backend has its process id; one of another node cannot be
+ * seen from here and counts as alive.
+ */
+Datum
+queue_session_alive(PG_FUNCTION_ARGS)
+{
+	int64		key = PG_GETARG_INT64(0);
+	int64		mine = queue_session_key();
+	int			n;
+
+	if (key == mine)
+		PG_RETURN_BOOL(true);
+	if (queue_citus_loaded() && mine >= CITUS_GPID_NODE_MULTIPLIER)
+	{
+		if (key / CITUS_GPID_NODE_MULTIPLIER != mine / CITUS_GPID_NODE_MULTIPLIER)
+			PG_RETURN_BOOL(true);
+		PG_RETURN_BOOL(BackendPidGetProc((int) (key % CITUS_GPID_NODE_MULTIPLIER)) != NULL);
+	}
+	n = pgstat_fetch_stat_numbackends();
+	for (int i = 1; i <= n; i++)
+	{
+		LocalPgBackendStatus *local = pgstat_fetch_stat_local_beentry(i);
+		PgBackendStatus *be;
+
+		if (local == NULL)
+			continue;
+		be = &local->backendStatus;
+		if (be->st_procpid > 0 &&
+			(int64) (be->st_proc_start_timestamp ^ ((uint64) be->st_procpid << 48)) == key)
+			PG_RETURN_BOOL(true);
+	}
+	PG_RETURN_BOOL(false);
 }
 
 /*

@@ -19,6 +19,9 @@ COMMENT ON FUNCTION queue._may_access(text, text) IS 'Whether the caller has the
 CREATE OR REPLACE FUNCTION queue._session_key() RETURNS bigint
     LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_session_key_sql';
 COMMENT ON FUNCTION queue._session_key() IS 'The calling connection, as a number no other live connection shares';
+CREATE OR REPLACE FUNCTION queue._session_alive(session bigint) RETURNS boolean
+    LANGUAGE c VOLATILE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_session_alive';
+COMMENT ON FUNCTION queue._session_alive(bigint) IS 'Whether the connection with this key (queue._session_key) is still open';
 
 CREATE OR REPLACE FUNCTION queue._record_failure(p_queue text, p_item_id bigint, p_attempt int,
                                       p_worker text, p_kind text, p_error text,
@@ -198,16 +201,28 @@ DECLARE
     r record;
     v_n int;
     v_total int := 0;
+    v_now timestamptz;
 BEGIN
     SELECT w.session INTO v_prev FROM queue.worker_registry w WHERE w.worker = v_worker;
     -- NB: items before the worker row, the order offline recovery takes them in
     FOR q IN SELECT c.queue_name, c.lease_timeout FROM queue.queue_config c ORDER BY 1 LOOP
         CONTINUE WHEN NOT queue._may_access(q.queue_name, 'worker');
-        IF v_prev <> v_session THEN
+        -- the leases of the worker's previous connection, if it has gone
+        -- away: a claim whose reply may have been lost with it
+        IF v_prev <> v_session AND NOT queue._session_alive(v_prev) THEN
             UPDATE queue.item_live i SET lease_session = 0
              WHERE i.queue_name = q.queue_name AND i.worker = v_worker
                AND i.lease_token IS NOT NULL AND i.lease_session = v_prev;
         END IF;
+        -- the leases are locked first: whether one is unexpired is judged
+        -- once it is held (after any wait for its lock), see extend_lease
+        PERFORM FROM queue.item_live i
+         WHERE i.queue_name = q.queue_name AND i.worker = v_worker
+           AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
+           AND i.cancel_requested_at IS NULL
+         ORDER BY i.item_id
+           FOR UPDATE;
+        v_now := clock_timestamp();
         -- a lease runs from this statement, not from the transaction's start
         UPDATE queue.item_live i
            SET lease_expires_at = statement_timestamp() + q.lease_timeout,
@@ -215,8 +230,7 @@ BEGIN
          WHERE i.queue_name = q.queue_name AND i.worker = v_worker
            AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
            AND i.cancel_requested_at IS NULL
-           -- unexpired when the row is met (after any wait for its lock)
-           AND i.lease_expires_at > clock_timestamp();
+           AND i.lease_expires_at > v_now;
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_total := v_total + v_n;
         -- caps stay exact: an expired lease nobody re-claimed is revived
@@ -226,7 +240,7 @@ BEGIN
              WHERE i.queue_name = q.queue_name AND i.worker = v_worker
                AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
                AND i.cancel_requested_at IS NULL
-               AND i.lease_expires_at <= clock_timestamp()
+               AND i.lease_expires_at <= v_now
              ORDER BY i.item_id
         LOOP
             IF queue.extend_lease(q.queue_name, r.item_id, r.lease_token, q.lease_timeout) IS NOT NULL THEN
@@ -324,6 +338,7 @@ COMMENT ON FUNCTION queue.register_worker(text, text[], int, jsonb, text[], bool
 
 REVOKE ALL ON FUNCTION queue._may_access(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._session_key() FROM PUBLIC;
+REVOKE ALL ON FUNCTION queue._session_alive(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._record_failure(text, bigint, int, text, text, text, text, timestamptz, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._end_lease(text, bigint, text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue.register_worker(text, text[], int, jsonb, text[], boolean) FROM PUBLIC;
