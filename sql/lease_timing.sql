@@ -29,3 +29,35 @@ SELECT lease_expires_at > clock_timestamp() AS renewed_from_statement
 COMMIT;
 
 SELECT queue.drop_queue('t_lease', force => true);
+
+-- case: a worker loop run as a procedure that commits between its steps:
+-- each lease (a claim's, an extension's, a heartbeat's) runs from the call
+-- that takes it, not from the CALL's start
+SELECT queue.create_queue('t_proc', lease_timeout => '3 s');
+SELECT queue.enqueue('t_proc', '{}') IS NOT NULL AS enqueued;
+CREATE PROCEDURE public.t_proc_bot(INOUT claimed_full boolean DEFAULT NULL,
+                                   INOUT extended_full boolean DEFAULT NULL,
+                                   INOUT heartbeat_full boolean DEFAULT NULL)
+LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+BEGIN
+    PERFORM pg_sleep(2);
+    COMMIT;
+    SELECT * INTO r FROM queue.dequeue('t_proc', 'w-proc');
+    claimed_full := r.lease_expires_at > clock_timestamp() + interval '2 s';
+    PERFORM pg_sleep(2);
+    COMMIT;
+    extended_full := queue.extend_lease('t_proc', r.item_id, r.lease_token)
+                     > clock_timestamp() + interval '2 s';
+    PERFORM pg_sleep(2);
+    COMMIT;
+    PERFORM queue.heartbeat('w-proc');
+    heartbeat_full := (SELECT lease_expires_at FROM queue.item_live
+                        WHERE queue_name = 't_proc' AND item_id = r.item_id)
+                      > clock_timestamp() + interval '2 s';
+END
+$$;
+CALL public.t_proc_bot();
+DROP PROCEDURE public.t_proc_bot;
+SELECT queue.drop_queue('t_proc', force => true);
