@@ -145,6 +145,7 @@ DECLARE
     v_n int;
     v_total int := 0;
     v_now timestamptz;
+    v_start timestamptz := greatest(statement_timestamp(), transaction_timestamp());
 BEGIN
     SELECT w.session INTO v_prev FROM queue.worker_registry w WHERE w.worker = v_worker;
     -- NB: items before the worker row, the order offline recovery takes them in
@@ -167,9 +168,10 @@ BEGIN
            FOR UPDATE;
         v_now := clock_timestamp();
         -- a lease runs from this statement, not from the transaction's start
+        -- (nor from a procedure's CALL, see src/statement_scope.c)
         UPDATE queue.item_live i
-           SET lease_expires_at = statement_timestamp() + q.lease_timeout,
-               visible_at = statement_timestamp() + q.lease_timeout
+           SET lease_expires_at = v_start + q.lease_timeout,
+               visible_at = v_start + q.lease_timeout
          WHERE i.queue_name = q.queue_name AND i.worker = v_worker
            AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
            AND i.cancel_requested_at IS NULL

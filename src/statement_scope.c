@@ -2,7 +2,8 @@
  *
  * statement_scope.c
  *		The setting the extension's own statements run in: a search path of
- *		pg_catalog alone, and no JIT compilation.
+ *		pg_catalog alone, no JIT compilation, and a statement clock that
+ *		does not lag behind the transaction.
  *
  * The hot-path C functions (enqueue, dequeue, complete, fail, ...) used to
  * pin both with SET clauses in their SQL declarations.  PostgreSQL applies
@@ -18,6 +19,13 @@
  * - a planner hook that clears the JIT flags of whatever is planned inside
  *   a scope: the generic claim plan is costed for the whole backlog, and
  *   compiling it cost 20 ms a call at 10 million items.
+ *
+ * - the statement's start (statement_timestamp(), which leases run from)
+ *   moved to now when it is older than the transaction's start: inside a
+ *   procedure that commits, every transaction after the first starts later
+ *   than the CALL, whose start statement_timestamp() keeps, and a lease
+ *   taken there would run from the CALL (already over for a worker loop
+ *   that has run for longer than a lease).
  *
  * An error unwinds the scopes of the (sub)transaction it aborts, like the
  * override search path itself (AtEOSubXact_Namespace).
@@ -59,6 +67,8 @@ queue_scope_push(void)
 	path.addCatalog = true;
 	path.addTemp = false;
 	PushOverrideSearchPath(&path);
+	if (GetCurrentStatementStartTimestamp() < GetCurrentTransactionStartTimestamp())
+		SetCurrentStatementStartTimestamp();
 	scope_levels[scope_depth++] = GetCurrentTransactionNestLevel();
 }
 
