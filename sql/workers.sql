@@ -181,7 +181,23 @@ SELECT status FROM queue.workers WHERE worker = 'w-dq-only';
 SELECT recovered FROM queue.sweep() WHERE queue_name = 'w_short';
 RESET queue.worker_offline_after;
 
+-- case: draining workers get nothing new, also when drained before they
+-- were ever seen: the sweep's forgetting of long-gone workers keeps a
+-- draining worker, and one with a maintenance window now or ahead
+SELECT queue.create_queue('w_pre', lease_timeout => '1 hour');
+SELECT count(*) FROM queue.enqueue_batch('w_pre', array_fill('{}'::jsonb, ARRAY[2]));
+SELECT queue.drain_worker('w-pre-d');
+SELECT queue.add_maintenance('w-pre-m', now() - interval '1 min', now() + interval '1 h') > 0 AS added;
+SELECT count(*) > 0 AS swept FROM queue.sweep();
+SELECT worker, draining FROM queue.worker_registry WHERE worker LIKE 'w-pre-%' ORDER BY worker;
+SELECT w.worker, count(d.item_id) AS claimed
+  FROM (VALUES ('w-pre-d'), ('w-pre-m')) w(worker)
+  LEFT JOIN LATERAL queue.dequeue('w_pre', w.worker) d ON true
+ GROUP BY w.worker ORDER BY w.worker;
+DELETE FROM queue.maintenance_window WHERE worker LIKE 'w-pre-%';
+DELETE FROM queue.worker_registry WHERE worker LIKE 'w-pre-%';
+
 DROP TABLE public.w_lost_claim, public.w_cli_claim, public.w_named_claim;
-SELECT queue.drop_queue(q, force => true) FROM unnest('{w_q,w_closed,w_last,w_named,w_short}'::text[]) q;
+SELECT queue.drop_queue(q, force => true) FROM unnest('{w_q,w_closed,w_last,w_named,w_short,w_pre}'::text[]) q;
 DROP OWNED BY regress_wk_a, regress_wk_b, regress_wk_admin;
 DROP ROLE regress_wk_a, regress_wk_b, regress_wk_admin;
