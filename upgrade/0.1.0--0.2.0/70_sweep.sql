@@ -358,9 +358,11 @@ BEGIN
     -- totals of dropped queues: snapshot_metrics removes them
 
     -- Workers gone for longer than the longest retention of any queue
-    -- (at least a day), holding nothing and with no maintenance window
-    -- ahead: random or one-off worker names never pile up, and the fleet
-    -- checks never walk every worker ever seen.
+    -- (at least a day), holding nothing, not draining and with no
+    -- maintenance window now or ahead: random or one-off worker names never
+    -- pile up, and the fleet checks never walk every worker ever seen.  An
+    -- operator's drain or window of a worker not seen yet (last_seen
+    -- -infinity) stays until the worker comes.
     IF queue.distributed() THEN
         -- Citus refuses a write of a reference table (worker_registry)
         -- that reads a distributed one: the workers holding items first
@@ -371,6 +373,7 @@ BEGIN
             DELETE FROM queue.worker_registry w
              WHERE w.last_seen < now() - greatest(interval '1 day',
                                                   (SELECT max(c.retention) FROM queue.queue_config c))
+               AND NOT w.draining
                AND NOT EXISTS (SELECT 1 FROM queue.maintenance_window m
                                 WHERE m.worker = w.worker AND m.ends_at > now())
                AND w.worker <> ALL (v_busy)
@@ -385,6 +388,7 @@ BEGIN
         DELETE FROM queue.worker_registry w
          WHERE w.last_seen < now() - greatest(interval '1 day',
                                               (SELECT max(c.retention) FROM queue.queue_config c))
+           AND NOT w.draining
            AND NOT EXISTS (SELECT 1 FROM queue.maintenance_window m
                             WHERE m.worker = w.worker AND m.ends_at > now())
            AND NOT EXISTS (SELECT 1 FROM queue.queue_config c
