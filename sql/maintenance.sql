@@ -175,6 +175,27 @@ SELECT count(*) FROM queue.sweep() WHERE queue_name = 'm_alert';
 SELECT count(*) AS open_worker_offline FROM queue.alerts
  WHERE queue_name = 'm_alert' AND kind = 'worker_offline' AND cleared_at IS NULL;
 
+-- case: the worker_offline alert names every offline worker (ten in its
+-- message, a hundred in details.workers, the count in details.offline),
+-- and while it stays open it names those that go offline later too
+SELECT queue.create_queue('m_offline', lease_timeout => '10 min');
+SELECT count(*) FROM queue.enqueue_batch('m_offline', array_fill('{}'::jsonb, ARRAY[4]));
+SELECT w.worker, count(d.item_id) AS claimed
+  FROM (VALUES ('m-off-a'), ('m-off-b'), ('m-off-c')) w(worker),
+       LATERAL queue.dequeue('m_offline', w.worker) d
+ GROUP BY w.worker ORDER BY w.worker;
+UPDATE queue.worker_registry SET last_seen = now() - interval '1 h' WHERE worker LIKE 'm-off-%';
+SELECT recovered FROM queue.sweep('m_offline');
+SELECT message, details FROM queue.alerts
+ WHERE queue_name = 'm_offline' AND kind = 'worker_offline' AND cleared_at IS NULL;
+SELECT count(*) FROM queue.dequeue('m_offline', 'm-off-d');
+UPDATE queue.worker_registry SET last_seen = now() - interval '1 h' WHERE worker = 'm-off-d';
+UPDATE queue.offline_check SET checked_until = checked_until - interval '1 h'
+ WHERE queue_name = 'm_offline';
+SELECT recovered FROM queue.sweep('m_offline');
+SELECT count(*) AS alerts, min(message) AS message, min(details::text) AS details
+  FROM queue.alerts WHERE queue_name = 'm_offline' AND kind = 'worker_offline';
+
 -- case: breaker_open: open while the breaker is, cleared by resume
 SELECT queue.create_queue('m_brk', breaker_threshold => 0.5, breaker_min_samples => 2, max_attempts => 9);
 SELECT count(*) FROM queue.enqueue_batch('m_brk', array_fill('{}'::jsonb, ARRAY[3]));
@@ -247,4 +268,5 @@ SELECT queue.disable_cron();
 DROP EXTENSION pg_cron;
 
 SELECT queue.drop_queue(q, force => true)
-  FROM unnest(ARRAY['m_spent', 'm_exp', 'm_age', 'm_ret', 'm_alert', 'm_brk', 'm_snap']) AS q;
+  FROM unnest(ARRAY['m_spent', 'm_exp', 'm_age', 'm_ret', 'm_alert', 'm_offline', 'm_brk', 'm_snap']) AS q;
+DELETE FROM queue.worker_registry WHERE worker LIKE 'm-off-%';
