@@ -264,7 +264,9 @@ COMMENT ON FUNCTION queue.add_maintenance(text, timestamptz, timestamptz, text)
 
 -- Orphan recovery: the leases on this queue held by offline workers end now.
 -- Each counts as a failed attempt (dead letter lease_expired when it was the
--- last); the items are claimable at once.  Returns how many were recovered.
+-- last); the items are claimable at once.  The worker_offline alert, which
+-- names every offline worker, is the sweep's (_sweep_alerts, after this).
+-- Returns how many were recovered.
 CREATE FUNCTION queue._recover_offline(p_queue text)
 RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
@@ -285,10 +287,6 @@ BEGIN
            FOR UPDATE OF i SKIP LOCKED
     LOOP
         PERFORM queue._end_lease(p_queue, r.item_id, 'offline', 'worker offline', 'worker_offline');
-        PERFORM queue._raise_alert(p_queue, 'worker_offline',
-                                   format('worker %s went offline holding items of queue %s',
-                                          r.worker, p_queue),
-                                   jsonb_build_object('worker', r.worker));
         UPDATE queue.worker_registry w SET offline_handled_at = now() WHERE w.worker = r.worker;
         v_n := v_n + 1;
     END LOOP;

@@ -92,6 +92,8 @@ DECLARE
     v_cutoff timestamptz := now() - make_interval(secs => queue._worker_offline_after());
     v_checked_until timestamptz;
     v_offline text[];
+    v_message text;
+    v_details jsonb;
 BEGIN
     SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
     IF NOT FOUND THEN
@@ -157,14 +159,22 @@ BEGIN
     IF v_workers IS NOT NULL THEN
         -- a scale-down may take hundreds of bots offline at once: the
         -- message names ten, the details a hundred, and both say how many
-        PERFORM queue._raise_alert(p_queue, 'worker_offline',
+        v_message := queue._excerpt(
             format('queue %s: offline worker%s %s%s held its items', p_queue,
                    CASE WHEN cardinality(v_workers) > 1 THEN 's' ELSE '' END,
                    array_to_string(v_workers[1:10], ', '),
                    CASE WHEN cardinality(v_workers) > 10
                         THEN format(' and %s more', cardinality(v_workers) - 10) ELSE '' END),
-            jsonb_build_object('workers', to_jsonb(v_workers[1:100]),
-                               'offline', cardinality(v_workers)));
+            1000);
+        v_details := jsonb_build_object('workers', to_jsonb(v_workers[1:100]),
+                                        'offline', cardinality(v_workers));
+        -- an open alert names the workers offline now (one open alert per
+        -- kind: the update sends no new NOTIFY)
+        IF NOT queue._raise_alert(p_queue, 'worker_offline', v_message, v_details) THEN
+            UPDATE queue.alerts a SET message = v_message, details = v_details
+             WHERE a.queue_name = p_queue AND a.kind = 'worker_offline' AND a.cleared_at IS NULL
+               AND (a.message IS DISTINCT FROM v_message OR a.details IS DISTINCT FROM v_details);
+        END IF;
     ELSE
         PERFORM queue._clear_alert(p_queue, 'worker_offline');
     END IF;

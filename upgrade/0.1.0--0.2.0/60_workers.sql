@@ -177,10 +177,6 @@ BEGIN
            FOR UPDATE OF i SKIP LOCKED
     LOOP
         PERFORM queue._end_lease(p_queue, r.item_id, 'offline', 'worker offline', 'worker_offline');
-        PERFORM queue._raise_alert(p_queue, 'worker_offline',
-                                   format('worker %s went offline holding items of queue %s',
-                                          r.worker, p_queue),
-                                   jsonb_build_object('worker', r.worker));
         UPDATE queue.worker_registry w SET offline_handled_at = now() WHERE w.worker = r.worker;
         v_n := v_n + 1;
     END LOOP;
