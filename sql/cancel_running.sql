@@ -126,10 +126,11 @@ SELECT queue.complete_batch('c_run', ARRAY[:n_batch], ARRAY[:t_batch]) AS comple
 SELECT kind, details->>'cancel_requested' AS cancel_requested
   FROM queue.events WHERE queue_name = 'c_run' AND item_id = :n_batch ORDER BY event_id;
 
--- case: offline recovery of a cancel-requested item buries it (cancelled)
+-- case: offline recovery of a cancel-requested item buries it (cancelled);
+-- sweep counts it in dead_lettered, not recovered
 SELECT queue.cancel('c_run', :n_offline, 'bot died');
 UPDATE queue.worker_registry SET last_seen = now() - interval '1 day' WHERE worker = 'bot-1';
-SELECT recovered FROM queue.sweep() WHERE queue_name = 'c_run';
+SELECT recovered, dead_lettered FROM queue.sweep() WHERE queue_name = 'c_run';
 SELECT reason, cancel_reason FROM queue.dead_letters WHERE item_id = :n_offline;
 
 -- case: cancelled items are no failed outcomes: the breaker (threshold 0.5

@@ -161,13 +161,14 @@ SELECT kind, message FROM queue.alerts
  WHERE queue_name = 'm_alert' AND kind = 'stalled_lease' AND cleared_at IS NULL;
 
 -- case: worker_offline: an offline worker held one of the queue's items; sweep
--- recovers the item (recovered) and clears the alert once the worker is back
+-- ends its lease (the last attempt: a dead letter, counted in dead_lettered)
+-- and clears the alert once the worker is back
 UPDATE queue.worker_registry SET last_seen = now() - interval '1 h' WHERE worker = 'w-slow';
 -- (and the queue's previous offline check an hour earlier too, as if that
 -- hour had passed: the check reads the signs of life since then)
 UPDATE queue.offline_check SET checked_until = checked_until - interval '1 h'
  WHERE queue_name = 'm_alert';
-SELECT recovered FROM queue.sweep() WHERE queue_name = 'm_alert';
+SELECT recovered, dead_lettered FROM queue.sweep() WHERE queue_name = 'm_alert';
 SELECT kind, message, details FROM queue.alerts
  WHERE queue_name = 'm_alert' AND kind = 'worker_offline' AND cleared_at IS NULL;
 UPDATE queue.worker_registry SET last_seen = now() WHERE worker = 'w-slow';
@@ -195,6 +196,17 @@ UPDATE queue.offline_check SET checked_until = checked_until - interval '1 h'
 SELECT recovered FROM queue.sweep('m_offline');
 SELECT count(*) AS alerts, min(message) AS message, min(details::text) AS details
   FROM queue.alerts WHERE queue_name = 'm_offline' AND kind = 'worker_offline';
+
+-- case: sweep: recovered counts the leases whose items are claimable again,
+-- dead_lettered the other dead-lettering: offline recovery of a lease on
+-- the last attempt makes a dead letter (lease_expired) and counts there
+SELECT queue.create_queue('m_off_dead', lease_timeout => '10 min', max_attempts => 1);
+SELECT count(*) FROM queue.enqueue_batch('m_off_dead', array_fill('{}'::jsonb, ARRAY[2]));
+SELECT count(*) FROM queue.dequeue('m_off_dead', 'm-dying', batch_size => 2);
+UPDATE queue.worker_registry SET last_seen = now() - interval '1 h' WHERE worker = 'm-dying';
+SELECT recovered, dead_lettered FROM queue.sweep('m_off_dead');
+SELECT reason, last_error, count(*) FROM queue.dead_letters
+ WHERE queue_name = 'm_off_dead' GROUP BY reason, last_error;
 
 -- case: breaker_open: open while the breaker is, cleared by resume
 SELECT queue.create_queue('m_brk', breaker_threshold => 0.5, breaker_min_samples => 2, max_attempts => 9);
@@ -268,5 +280,5 @@ SELECT queue.disable_cron();
 DROP EXTENSION pg_cron;
 
 SELECT queue.drop_queue(q, force => true)
-  FROM unnest(ARRAY['m_spent', 'm_exp', 'm_age', 'm_ret', 'm_alert', 'm_offline', 'm_brk', 'm_snap']) AS q;
-DELETE FROM queue.worker_registry WHERE worker LIKE 'm-off-%';
+  FROM unnest(ARRAY['m_spent', 'm_exp', 'm_age', 'm_ret', 'm_alert', 'm_offline', 'm_off_dead', 'm_brk', 'm_snap']) AS q;
+DELETE FROM queue.worker_registry WHERE worker LIKE 'm-off-%' OR worker = 'm-dying';
