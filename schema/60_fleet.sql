@@ -264,18 +264,21 @@ COMMENT ON FUNCTION queue.add_maintenance(text, timestamptz, timestamptz, text)
 
 -- Orphan recovery: the leases on this queue held by offline workers end now.
 -- Each counts as a failed attempt (dead letter lease_expired when it was the
--- last); the items are claimable at once.  The worker_offline alert, which
--- names every offline worker, is the sweep's (_sweep_alerts, after this).
--- Returns how many were recovered.
-CREATE FUNCTION queue._recover_offline(p_queue text)
-RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+-- last, or of a cancel-requested item); the other items are claimable at
+-- once.  The worker_offline alert, which names every offline worker, is
+-- the sweep's (_sweep_alerts, after this).  Returns how many items are
+-- claimable again (recovered) and how many became dead letters.
+CREATE FUNCTION queue._recover_offline(p_queue text, OUT recovered bigint,
+                                       OUT dead_lettered bigint)
+RETURNS record LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_cutoff timestamptz := now() - make_interval(secs => queue._worker_offline_after());
     r record;
-    v_n bigint := 0;
 BEGIN
+    recovered := 0;
+    dead_lettered := 0;
     FOR r IN
         SELECT i.item_id, i.worker
           FROM queue.item_live i
@@ -286,14 +289,20 @@ BEGIN
          LIMIT 10000
            FOR UPDATE OF i SKIP LOCKED
     LOOP
-        PERFORM queue._end_lease(p_queue, r.item_id, 'offline', 'worker offline', 'worker_offline');
+        CASE queue._end_lease(p_queue, r.item_id, 'offline', 'worker offline', 'worker_offline')
+            WHEN 'recovered' THEN
+                recovered := recovered + 1;
+            WHEN 'dead' THEN
+                dead_lettered := dead_lettered + 1;
+            ELSE
+                NULL;
+        END CASE;
         UPDATE queue.worker_registry w SET offline_handled_at = now() WHERE w.worker = r.worker;
-        v_n := v_n + 1;
     END LOOP;
-    RETURN v_n;
 END
 $$;
-COMMENT ON FUNCTION queue._recover_offline(text) IS 'Ends the leases of offline workers on a queue; returns how many';
+COMMENT ON FUNCTION queue._recover_offline(text)
+    IS 'Ends the leases of offline workers on a queue; returns how many items are claimable again and how many became dead letters';
 
 -- Filtered per queue like the other views (see the comment on the view);
 -- the 24-hour counts read the indexes led by the worker on item_done and

@@ -157,15 +157,19 @@ $$;
 COMMENT ON FUNCTION queue._end_lease(text, bigint, text, text, text)
     IS 'Ends an item''s lease early as a lost lease (offline recovery, restart)';
 
-CREATE OR REPLACE FUNCTION queue._recover_offline(p_queue text)
-RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+-- returns two counts since 0.2.0 (a bigint before)
+DROP FUNCTION IF EXISTS queue._recover_offline(text);
+CREATE FUNCTION queue._recover_offline(p_queue text, OUT recovered bigint,
+                                       OUT dead_lettered bigint)
+RETURNS record LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_cutoff timestamptz := now() - make_interval(secs => queue._worker_offline_after());
     r record;
-    v_n bigint := 0;
 BEGIN
+    recovered := 0;
+    dead_lettered := 0;
     FOR r IN
         SELECT i.item_id, i.worker
           FROM queue.item_live i
@@ -176,14 +180,20 @@ BEGIN
          LIMIT 10000
            FOR UPDATE OF i SKIP LOCKED
     LOOP
-        PERFORM queue._end_lease(p_queue, r.item_id, 'offline', 'worker offline', 'worker_offline');
+        CASE queue._end_lease(p_queue, r.item_id, 'offline', 'worker offline', 'worker_offline')
+            WHEN 'recovered' THEN
+                recovered := recovered + 1;
+            WHEN 'dead' THEN
+                dead_lettered := dead_lettered + 1;
+            ELSE
+                NULL;
+        END CASE;
         UPDATE queue.worker_registry w SET offline_handled_at = now() WHERE w.worker = r.worker;
-        v_n := v_n + 1;
     END LOOP;
-    RETURN v_n;
 END
 $$;
-COMMENT ON FUNCTION queue._recover_offline(text) IS 'Ends the leases of offline workers on a queue; returns how many';
+COMMENT ON FUNCTION queue._recover_offline(text)
+    IS 'Ends the leases of offline workers on a queue; returns how many items are claimable again and how many became dead letters';
 
 CREATE OR REPLACE FUNCTION queue.heartbeat(worker text)
 RETURNS int LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -339,6 +349,7 @@ REVOKE ALL ON FUNCTION queue._session_key() FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._session_alive(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._record_failure(text, bigint, int, text, text, text, text, timestamptz, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._end_lease(text, bigint, text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION queue._recover_offline(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue.register_worker(text, text[], int, jsonb, text[], boolean) FROM PUBLIC;
 -- the bot's loop
 GRANT EXECUTE ON FUNCTION queue.register_worker(text, text[], int, jsonb, text[], boolean)

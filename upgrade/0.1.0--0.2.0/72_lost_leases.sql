@@ -85,8 +85,10 @@ BEGIN
     END IF;
     swept := true;
 
-    -- Offline workers: their leases are released at once (orphan recovery).
-    recovered := coalesce(queue._recover_offline(p_queue), 0);
+    -- Offline workers: their leases are released at once (orphan recovery);
+    -- those on the last attempt, or of cancel-requested items, are buried.
+    SELECT o.recovered, o.dead_lettered INTO recovered, dead_lettered
+      FROM queue._recover_offline(p_queue) o;
 
     -- Lost leases count once as failed outcomes (failed_1h, health, the
     -- breaker below) as soon as sweep meets them, and are reported as
