@@ -99,6 +99,48 @@ SELECT count(*) AS keyless_batch FROM queue.enqueue_batch('q_window', ARRAY['{"w
 SELECT count(*) AS mixed_batch
   FROM queue.enqueue_batch('q_window', ARRAY['{"w": "c"}', '{"w": "d"}']::jsonb[], dedup_keys => ARRAY[NULL, 'w-new']);
 
+-- case: a dedup_window set later covers the items completed within it
+-- before it was set: their keys are taken from the history, the newest
+-- completion of a key wins, and keys completed before the window are free
+SELECT queue.create_queue('q_late_window');
+SELECT queue.enqueue('q_late_window', '{"l": "a"}', dedup_key => 'a') AS la \gset
+SELECT queue.complete('q_late_window', item_id, lease_token) FROM queue.dequeue('q_late_window', 'w1');
+SELECT queue.enqueue('q_late_window', '{"l": "b"}', dedup_key => 'b') AS lb \gset
+SELECT queue.complete('q_late_window', item_id, lease_token) FROM queue.dequeue('q_late_window', 'w1');
+SELECT queue.enqueue('q_late_window', '{"l": "d1"}', dedup_key => 'd') AS ld1 \gset
+SELECT queue.complete('q_late_window', item_id, lease_token) FROM queue.dequeue('q_late_window', 'w1');
+SELECT queue.enqueue('q_late_window', '{"l": "d2"}', dedup_key => 'd') AS ld2 \gset
+SELECT queue.complete('q_late_window', item_id, lease_token) FROM queue.dequeue('q_late_window', 'w1');
+UPDATE queue.item_done SET completed_at = completed_at - interval '2 h'
+ WHERE queue_name = 'q_late_window' AND item_id = :lb;
+UPDATE queue.item_done SET completed_at = completed_at - interval '10 min'
+ WHERE queue_name = 'q_late_window' AND item_id = :ld1;
+SELECT queue.alter_queue('q_late_window', dedup_window => '1 h');
+SELECT queue.enqueue('q_late_window', '{"l": "a again"}', dedup_key => 'a') = :la AS completed_before_window;
+SELECT queue.enqueue('q_late_window', '{"l": "d again"}', dedup_key => 'd') = :ld2 AS newest_completion;
+SELECT queue.enqueue('q_late_window', '{"l": "b again"}', dedup_key => 'b') <> :lb AS before_window_free;
+SELECT dedup_key, item_id = ANY (ARRAY[:la, :ld2]) AS kept_id FROM queue.dedup_done
+ WHERE queue_name = 'q_late_window' ORDER BY dedup_key;
+SELECT count(*) AS live FROM queue.items WHERE queue_name = 'q_late_window';
+
+-- case: lengthening the window brings back the keys that sweep dropped as
+-- past the shorter one, while the history still has them
+SELECT queue.create_queue('q_longer_window', dedup_window => '1 h');
+SELECT queue.enqueue('q_longer_window', '{"l": "e"}', dedup_key => 'e') AS le \gset
+SELECT queue.complete('q_longer_window', item_id, lease_token) FROM queue.dequeue('q_longer_window', 'w1');
+UPDATE queue.item_done SET completed_at = completed_at - interval '90 min'
+ WHERE queue_name = 'q_longer_window' AND item_id = :le;
+UPDATE queue.dedup_done SET completed_at = completed_at - interval '90 min'
+ WHERE queue_name = 'q_longer_window' AND dedup_key = 'e';
+SELECT purged >= 1 AS purged FROM queue.sweep() WHERE queue_name = 'q_longer_window';
+SELECT count(*) AS remembered FROM queue.dedup_done WHERE queue_name = 'q_longer_window';
+SELECT queue.alter_queue('q_longer_window', dedup_window => '3 h');
+SELECT dedup_key, item_id = :le AS completed_id FROM queue.dedup_done WHERE queue_name = 'q_longer_window';
+SELECT queue.enqueue('q_longer_window', '{"l": "e again"}', dedup_key => 'e') = :le AS in_longer_window;
+SELECT count(*) AS live FROM queue.items WHERE queue_name = 'q_longer_window';
+
+SELECT queue.drop_queue('q_longer_window', force => true);
+SELECT queue.drop_queue('q_late_window', force => true);
 SELECT queue.drop_queue('q_short_window', force => true);
 SELECT queue.drop_queue('q_window', force => true);
 SELECT queue.drop_queue('q_dedup_other', force => true);
