@@ -212,13 +212,22 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     c queue.queue_config;
     v_name text := queue._check_name(alter_queue.queue_name);
+    v_old_window interval;
 BEGIN
+    -- a dedup_window set or lengthened takes the keys completed within it
+    -- from the history (below): wait for the transactions using the queue,
+    -- so that a completion in flight is in the history by then and one
+    -- that comes later sees the new window and records its key
+    IF alter_queue.dedup_window > interval '0' THEN
+        PERFORM queue._lock_queue(v_name, true);
+    END IF;
     SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = v_name FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'queue "%" does not exist', v_name
             USING ERRCODE = 'undefined_object',
                   HINT = format('Create it with queue.create_queue(%L).', v_name);
     END IF;
+    v_old_window := c.dedup_window;
     c.lease_timeout := coalesce(alter_queue.lease_timeout, c.lease_timeout);
     c.max_attempts := coalesce(alter_queue.max_attempts, c.max_attempts);
     c.backoff_base := coalesce(alter_queue.backoff_base, c.backoff_base);
@@ -252,6 +261,21 @@ BEGIN
            breaker_min_samples = c.breaker_min_samples, breaker_cooldown = c.breaker_cooldown,
            group_on_dead = c.group_on_dead
      WHERE q.queue_name = v_name;
+    -- keys completed within a window set or lengthened, as complete() would
+    -- have kept them: the newest completion of each key, never replacing a
+    -- newer one (keys sweep dropped as past a shorter window come back
+    -- while the history has them)
+    IF c.dedup_window IS NOT NULL AND (v_old_window IS NULL OR c.dedup_window > v_old_window) THEN
+        INSERT INTO queue.dedup_done AS k (queue_name, dedup_key, item_id, completed_at)
+        SELECT DISTINCT ON (h.dedup_key) h.queue_name, h.dedup_key, h.item_id, h.completed_at
+          FROM queue.item_done h
+         WHERE h.queue_name = v_name AND h.dedup_key IS NOT NULL
+           AND h.completed_at > now() - c.dedup_window
+         ORDER BY h.dedup_key, h.completed_at DESC, h.item_id DESC
+        ON CONFLICT (queue_name, dedup_key) DO UPDATE
+           SET item_id = excluded.item_id, completed_at = excluded.completed_at
+         WHERE k.completed_at < excluded.completed_at;
+    END IF;
     -- without aging, items claim at the priority they were given
     IF c.priority_aging IS NULL THEN
         UPDATE queue.item_live i SET priority = i.base_priority
