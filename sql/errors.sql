@@ -220,13 +220,17 @@ SELECT queue.replay('q_err', :e1);
 
 -- case: nothing above changed anything
 SELECT count(*) - :queues_at_start AS queues_added FROM queue.queues;
--- case: flow-control, worker and schedule arguments: explicit NULLs are
+-- case: queue, flow-control, worker and schedule arguments: explicit NULLs are
 -- 22004, empty keys and labels 22023, oversized ones 54000
 SELECT queue.set_limit('q_err', 'k', rate => 1, per => NULL);
 \echo :LAST_ERROR_SQLSTATE
 SELECT queue.set_limit('q_err', repeat('k', 70000), max_in_flight => 1);
 \echo :LAST_ERROR_SQLSTATE
 SELECT queue.create_queue('q_err_g', group_on_dead => NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT queue.create_queue('q_err_g', if_not_exists => NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT queue.create_queue('q_err', if_not_exists => NULL);
 \echo :LAST_ERROR_SQLSTATE
 SELECT queue.register_worker('w-err', labels => ARRAY[NULL::text]);
 \echo :LAST_ERROR_SQLSTATE
