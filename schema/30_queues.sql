@@ -132,6 +132,11 @@ DECLARE
     c queue.queue_config;
 BEGIN
     c.queue_name := queue._check_name(create_queue.queue_name);
+    IF create_queue.if_not_exists IS NULL THEN
+        RAISE EXCEPTION 'if_not_exists must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Pass true to accept an existing queue, or leave the argument out.';
+    END IF;
     c.lease_timeout := create_queue.lease_timeout;
     c.max_attempts := create_queue.max_attempts;
     c.backoff_base := create_queue.backoff_base;
@@ -164,7 +169,7 @@ BEGIN
             c.breaker_window, c.breaker_min_samples, c.breaker_cooldown, c.group_on_dead)
     ON CONFLICT ON CONSTRAINT queue_config_pkey DO NOTHING;
     IF NOT FOUND THEN
-        IF NOT coalesce(create_queue.if_not_exists, false) THEN
+        IF NOT create_queue.if_not_exists THEN
             RAISE EXCEPTION 'queue "%" already exists', c.queue_name
                 USING ERRCODE = 'duplicate_object',
                       HINT = 'Pass if_not_exists => true to accept an existing queue, or change it with queue.alter_queue().';
