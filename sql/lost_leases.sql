@@ -91,4 +91,27 @@ SELECT failed_1h FROM queue.stats('l_late');
 SELECT count(*) AS failure_rows FROM queue.failure_log WHERE queue_name = 'l_late';
 SELECT state, attempt, last_error FROM queue.items WHERE queue_name = 'l_late';
 
-SELECT queue.drop_queue(q, force => true) FROM unnest('{l_lost,l_deq,l_spent,l_off,l_rec,l_late}'::text[]) q;
+-- case: hold of an item whose lease ran out and nobody re-claimed settles
+-- the lost lease first, as sweep or dequeue would: the attempt counts once,
+-- and on the last attempt the item becomes a dead letter (lease_expired)
+-- and there is nothing to hold
+SELECT queue.create_queue('l_hold', max_attempts => 1);
+SELECT queue.create_queue('l_hold3', max_attempts => 3);
+SELECT queue.enqueue('l_hold', '{}') AS l_hold_id \gset
+SELECT queue.enqueue('l_hold3', '{}') AS l_hold3_id \gset
+SELECT count(*) FROM queue.dequeue('l_hold', 'w-gone', lease_timeout => '10 ms');
+SELECT count(*) FROM queue.dequeue('l_hold3', 'w-gone', lease_timeout => '10 ms');
+SELECT pg_sleep(0.05);
+SELECT queue.hold('l_hold', :l_hold_id) AS held_spent;
+SELECT reason, attempts, error_code FROM queue.dead_letters WHERE queue_name = 'l_hold';
+SELECT queue.unhold('l_hold', :l_hold_id) AS unheld_spent;
+SELECT count(*) AS handed_out_again FROM queue.dequeue('l_hold', 'w-next');
+SELECT queue.hold('l_hold3', :l_hold3_id) AS held_with_attempts_left;
+SELECT failed_1h FROM queue.stats('l_hold3');
+SELECT on_hold, attempt, error_code, jsonb_array_length(errors) AS errors
+  FROM queue.item_live WHERE queue_name = 'l_hold3';
+SELECT queue.unhold('l_hold3', :l_hold3_id) AS unheld;
+SELECT attempt FROM queue.dequeue('l_hold3', 'w-next');
+SELECT failed_1h FROM queue.stats('l_hold3');
+
+SELECT queue.drop_queue(q, force => true) FROM unnest('{l_lost,l_deq,l_spent,l_off,l_rec,l_late,l_hold,l_hold3}'::text[]) q;
