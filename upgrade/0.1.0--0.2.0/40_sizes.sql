@@ -12,17 +12,35 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text := queue._check_name(hold.queue_name);
+    r record;
 BEGIN
     IF hold.item_id IS NULL THEN
         RAISE EXCEPTION 'item_id must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     PERFORM queue._check_text(hold.reason, 'reason');
     PERFORM queue._check_access(v_name, 'reader');
+    -- a lease that ran out and nobody re-claimed is settled first, as sweep
+    -- or dequeue would: counted once as a lost lease, and a dead letter when
+    -- it was the last attempt or its cancel was requested (nothing to hold)
+    SELECT i.attempt >= i.max_attempts OR i.cancel_requested_at IS NOT NULL AS spent,
+           i.lost_counted
+      INTO r FROM queue.item_live i
+     WHERE i.queue_name = v_name AND i.item_id = hold.item_id AND NOT i.on_hold
+       AND i.lease_token IS NOT NULL AND i.lease_expires_at <= statement_timestamp()
+       FOR UPDATE;
+    IF FOUND THEN
+        IF r.spent THEN
+            PERFORM queue._bury(v_name, hold.item_id, 'lease_expired', NULL, NULL);
+            RETURN false;
+        ELSIF NOT r.lost_counted THEN
+            PERFORM queue._lease_lost(v_name, hold.item_id);
+        END IF;
+    END IF;
     UPDATE queue.item_live i
        SET on_hold = true, hold_reason = hold.reason, visible_at = 'infinity',
            lease_token = NULL, lease_expires_at = NULL, worker = NULL
      WHERE i.queue_name = v_name AND i.item_id = hold.item_id AND NOT i.on_hold
-       AND NOT (i.lease_token IS NOT NULL AND i.lease_expires_at > now())
+       AND NOT (i.lease_token IS NOT NULL AND i.lease_expires_at > statement_timestamp())
        AND i.cancel_requested_at IS NULL;
     IF NOT FOUND THEN
         RETURN false;
