@@ -18,7 +18,12 @@
 -- constraint triggers at commit: after an insert of a grouped item and
 -- after the head left item_live (completed, dead, cancelled, purged).
 -- Running at commit keeps the group lock short and lets a dead-lettering
--- (delete, then insert into dead_letters) be seen whole.
+-- (delete, then insert into dead_letters) be seen whole.  The first settle
+-- of a commit locks every group the transaction settles, in
+-- (queue_name, group_key) order (queue._group_lock_touched(), src/flow.c,
+-- from notes taken as the rows were written), so two commits that touched
+-- the same groups in other orders wait for each other instead of
+-- deadlocking.
 --
 -- Per-key limits.  Items whose limit_key has a row in flow_limit live in
 -- a priority band of their own (priority + queue._flow_band(); the band
@@ -93,6 +98,38 @@ COMMENT ON FUNCTION queue._flow_band() IS 'Added to the priority of items of a l
 
 -- Groups ------------------------------------------------------------------
 
+-- One lock order for the groups of a commit.  Every row whose deferred
+-- trigger will settle a group notes the group as it is written
+-- (queue._group_touched(), AFTER ROW; a subtransaction's notes go with its
+-- rollback); the first settle of the commit locks all noted groups in
+-- (queue_name, group_key) byte order with queue._group_lock and forgets the
+-- notes, so later settles only take locks the transaction holds.
+CREATE OR REPLACE FUNCTION queue._group_lock(p_queue text, p_group text)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM queue.queue_config c WHERE c.queue_name = p_queue) THEN
+        RETURN;     -- the queue was dropped
+    END IF;
+    INSERT INTO queue.flow_group (queue_name, group_key) VALUES (p_queue, p_group)
+    ON CONFLICT (queue_name, group_key) DO NOTHING;
+    PERFORM 1 FROM queue.flow_group f
+      WHERE f.queue_name = p_queue AND f.group_key = p_group FOR UPDATE;
+END
+$$;
+COMMENT ON FUNCTION queue._group_lock(text, text)
+    IS 'Takes the lock of a group''s row, making the row if the group has none';
+
+CREATE OR REPLACE FUNCTION queue._group_lock_touched() RETURNS void
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'queue_group_lock_touched';
+COMMENT ON FUNCTION queue._group_lock_touched()
+    IS 'Locks the groups the transaction will settle at commit, in group order';
+
+CREATE OR REPLACE FUNCTION queue._group_touched() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'queue_group_touched';
+COMMENT ON FUNCTION queue._group_touched()
+    IS 'Notes a group that the transaction will settle at commit';
+
 -- Give a group its next head unless it has one or a dead head blocks it.
 -- p_left: the head that just left item_live (NULL: none).  p_new: an item
 -- inserted claimable, as the presumed head of a group that had no row (the
@@ -114,6 +151,8 @@ DECLARE
     v_new_id bigint;
     v_new_pos bigint;
 BEGIN
+    -- every group of this commit first, in one order (see above)
+    PERFORM queue._group_lock_touched();
     IF NOT EXISTS (SELECT 1 FROM queue.queue_config c WHERE c.queue_name = p_queue) THEN
         RETURN;     -- the queue was dropped
     END IF;
@@ -365,6 +404,16 @@ CREATE CONSTRAINT TRIGGER item_live_flow_deleted
           OR (OLD.priority >= 100000 AND OLD.worker IS NOT NULL))
     EXECUTE FUNCTION queue._flow_on_commit();
 
+-- the notes of the groups these triggers settle (queue._group_lock_touched)
+CREATE OR REPLACE TRIGGER item_live_group_joined
+    AFTER INSERT ON queue.item_live FOR EACH ROW
+    WHEN (NEW.group_key IS NOT NULL)
+    EXECUTE FUNCTION queue._group_touched();
+CREATE OR REPLACE TRIGGER item_live_group_left
+    AFTER DELETE ON queue.item_live FOR EACH ROW
+    WHEN (OLD.group_key IS NOT NULL AND NOT OLD.group_wait)
+    EXECUTE FUNCTION queue._group_touched();
+
 -- Limits: the API -----------------------------------------------------------
 
 -- Mark on the queue whether it has limits, for the hot path's cache.
@@ -496,6 +545,10 @@ CREATE CONSTRAINT TRIGGER dead_letters_flow_reviewed
     AFTER UPDATE OF review_status ON queue.dead_letters DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
     WHEN (NEW.group_key IS NOT NULL AND NEW.review_status IN ('resolved', 'rejected'))
     EXECUTE FUNCTION queue._flow_on_review();
+CREATE OR REPLACE TRIGGER dead_letters_group_reviewed
+    AFTER UPDATE OF review_status ON queue.dead_letters FOR EACH ROW
+    WHEN (NEW.group_key IS NOT NULL AND NEW.review_status IN ('resolved', 'rejected'))
+    EXECUTE FUNCTION queue._group_touched();
 
 -- A dropped queue takes its groups, limits and rate records along.
 -- A dropped queue's flow-control state goes with its other per-queue rows

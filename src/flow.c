@@ -29,16 +29,35 @@
  * the queue: flow_queue_rate_room() before the claim, flow_close_lane()
  * after it.
  *
+ * Groups take their locks at commit in one order.  A group's row in
+ * queue.flow_group is locked by queue._group_settle() when the
+ * transaction commits (deferred triggers), once per item that joined the
+ * group or per head that left it, in the order the rows were written.
+ * Two commits that touched the same groups in other orders would each
+ * hold one group and wait for the other.  So every row that will settle a
+ * group is noted here as it is written (queue._group_touched(), an AFTER
+ * ROW trigger), and the first settle of the commit locks all the noted
+ * groups at once in (queue_name, group_key) byte order
+ * (queue._group_lock_touched()); the settles that follow take locks the
+ * transaction holds already.  Notes of a subtransaction that rolls back
+ * are dropped with it.
+ *
  * src/flow.c
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
+#include "nodes/pg_list.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "queue.h"
@@ -391,4 +410,180 @@ flow_check_requires(Datum requires, bool *isnull)
 	/* stored with every item: bounded like a text */
 	queue_check_text_size(PointerGetDatum(arr), "requires");
 	return PointerGetDatum(arr);
+}
+
+/*
+ * Groups: one lock order at commit ------------------------------------------
+ */
+
+typedef struct GroupNote
+{
+	char	   *queue;
+	char	   *group;
+	SubTransactionId subid;		/* of the (sub)transaction that wrote it */
+} GroupNote;
+
+/* the groups this transaction will settle at commit (TopTransactionContext) */
+static List *group_notes = NIL;
+
+#define GROUP_LOCK_SQL "SELECT queue._group_lock($1, $2)"
+static SPIPlanPtr group_lock_plan = NULL;
+
+PG_FUNCTION_INFO_V1(queue_group_touched);
+PG_FUNCTION_INFO_V1(queue_group_lock_touched);
+
+static void
+group_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			group_notes = NIL;	/* freed with TopTransactionContext */
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * Subtransactions get increasing ids, and one that is open has no notes
+ * but its own and its children's with ids below it: a rollback drops the
+ * notes at or above its id.
+ */
+static void
+group_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid, void *arg)
+{
+	ListCell   *lc;
+
+	if (event != SUBXACT_EVENT_ABORT_SUB)
+		return;
+	foreach(lc, group_notes)
+	{
+		GroupNote  *note = (GroupNote *) lfirst(lc);
+
+		if (note->subid >= mySubid)
+			group_notes = foreach_delete_current(group_notes, lc);
+	}
+}
+
+/*
+ * queue_flow_init
+ *		From _PG_init.
+ */
+void
+queue_flow_init(void)
+{
+	RegisterXactCallback(group_xact_callback, NULL);
+	RegisterSubXactCallback(group_subxact_callback, NULL);
+}
+
+/*
+ * queue._group_touched() trigger
+ *
+ * AFTER ROW on the rows whose deferred triggers settle a group at commit
+ * (an item joining a group, a head leaving it, a dead head reviewed):
+ * notes the row's (queue_name, group_key).  A row of the same group as
+ * the note before it (a batch into one group) adds nothing.
+ */
+Datum
+queue_group_touched(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	HeapTuple	tuple;
+	TupleDesc	desc;
+	Datum		queue;
+	Datum		group;
+	bool		qnull;
+	bool		gnull;
+	char	   *qstr;
+	char	   *gstr;
+	SubTransactionId subid = GetCurrentSubTransactionId();
+	MemoryContext oldcxt;
+	GroupNote  *note;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
+		elog(ERROR, "queue._group_touched() must be an AFTER ROW trigger");
+	tuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ? trigdata->tg_newtuple
+		: trigdata->tg_trigtuple;
+	desc = RelationGetDescr(trigdata->tg_relation);
+	queue = heap_getattr(tuple, SPI_fnumber(desc, "queue_name"), desc, &qnull);
+	group = heap_getattr(tuple, SPI_fnumber(desc, "group_key"), desc, &gnull);
+	if (qnull || gnull)
+		return PointerGetDatum(NULL);
+	qstr = TextDatumGetCString(queue);
+	gstr = TextDatumGetCString(group);
+
+	if (group_notes != NIL)
+	{
+		GroupNote  *last = (GroupNote *) llast(group_notes);
+
+		if (last->subid == subid && strcmp(last->group, gstr) == 0 &&
+			strcmp(last->queue, qstr) == 0)
+			return PointerGetDatum(NULL);
+	}
+	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+	note = palloc(sizeof(GroupNote));
+	note->queue = pstrdup(qstr);
+	note->group = pstrdup(gstr);
+	note->subid = subid;
+	group_notes = lappend(group_notes, note);
+	MemoryContextSwitchTo(oldcxt);
+	return PointerGetDatum(NULL);
+}
+
+static int
+group_note_cmp(const ListCell *a, const ListCell *b)
+{
+	const GroupNote *na = (const GroupNote *) lfirst(a);
+	const GroupNote *nb = (const GroupNote *) lfirst(b);
+	int			c = strcmp(na->queue, nb->queue);
+
+	return c != 0 ? c : strcmp(na->group, nb->group);
+}
+
+/*
+ * queue._group_lock_touched() returns void
+ *
+ * Locks the groups noted so far (queue._group_lock) in (queue_name,
+ * group_key) byte order, each once, and forgets the notes: called by
+ * every settle, it does the work on the first of a commit.
+ */
+Datum
+queue_group_lock_touched(PG_FUNCTION_ARGS)
+{
+	List	   *notes = group_notes;
+	GroupNote  *prev = NULL;
+	ListCell   *lc;
+	Oid			types[2] = {TEXTOID, TEXTOID};
+
+	if (notes == NIL)
+		PG_RETURN_VOID();
+	group_notes = NIL;
+	list_sort(notes, group_note_cmp);
+
+	queue_spi_connect();
+	foreach(lc, notes)
+	{
+		GroupNote  *note = (GroupNote *) lfirst(lc);
+		Datum		v[2];
+
+		CHECK_FOR_INTERRUPTS();
+		if (prev != NULL && strcmp(prev->queue, note->queue) == 0 &&
+			strcmp(prev->group, note->group) == 0)
+			continue;
+		prev = note;
+		v[0] = CStringGetTextDatum(note->queue);
+		v[1] = CStringGetTextDatum(note->group);
+		queue_spi_exec(queue_prepare_cached(&group_lock_plan, GROUP_LOCK_SQL, 2, types),
+					   v, NULL, false, 0, SPI_OK_SELECT, "locking a group");
+	}
+	queue_spi_finish();
+	list_free(notes);
+	PG_RETURN_VOID();
 }

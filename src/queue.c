@@ -160,6 +160,7 @@ _PG_init(void)
 	CacheRegisterRelcacheCallback(queue_relcache_callback, (Datum) 0);
 
 	queue_scope_init();
+	queue_flow_init();
 	queue_distributed_init();
 }
 

@@ -327,6 +327,7 @@ extern void flow_close_lane(Datum qname, FlowLane *lane, int64 asked, int nids, 
 extern void flow_check_key(Datum key, bool isnull, const char *argname);
 extern void flow_check_keys(Datum keys, bool isnull, int n, const char *argname);
 extern Datum flow_check_requires(Datum requires, bool *isnull);
+extern void queue_flow_init(void);
 
 /* access.c */
 extern void queue_check_access(const QueueConfig *cfg, QueueAccess access);
