@@ -171,3 +171,10 @@ SELECT count(*) AS still_live FROM queue.item_live WHERE item_id = :id;
 SELECT queue.drop_queue('q_direct', force => true);
 DROP TABLE direct_log;
 DROP FUNCTION direct_log();
+
+-- case: the triggers of item_live are those the direct paths know never
+-- fire for the rows they write (band_triggers in src/claim_direct.c,
+-- delete_triggers in src/complete_direct.c, insert_triggers in
+-- src/enqueue_direct.c): one missing there turns a direct path off
+SELECT tgname FROM pg_trigger
+ WHERE tgrelid = 'queue.item_live'::regclass AND NOT tgisinternal ORDER BY 1;
