@@ -118,4 +118,15 @@ SELECT count(queue.fail('b_pct', item_id, lease_token, 'no answer',
   FROM (SELECT * FROM b_pct_held ORDER BY n) h;
 SELECT breaker_state, breaker_reason FROM queue.queues WHERE queue_name = 'b_pct';
 
-SELECT queue.drop_queue(q, force => true) FROM unnest('{b_op,b_alone,b_alert,b_frac,b_run,b_pct}'::text[]) q;
+-- case: a breaker_window shorter than a bucket of the counts (10 s) still
+-- sees the outcomes within it: the bucket holding the window's start is
+-- counted (a window starting 1 s into the bucket its failures are in)
+SELECT queue.create_queue('b_short', breaker_threshold => 0.5, breaker_min_samples => 3,
+                          breaker_window => '5 s');
+INSERT INTO queue.breaker_bucket (queue_name, bucket_start, stripe, succeeded, failed)
+VALUES ('b_short', date_bin('10 s', now() - interval '6 s', 'epoch'), 0, 0, 4);
+SELECT failed, outcomes
+  FROM queue._breaker_outcomes('b_short',
+                               date_bin('10 s', now() - interval '6 s', 'epoch') + interval '1 s', 0);
+
+SELECT queue.drop_queue(q, force => true) FROM unnest('{b_op,b_alone,b_alert,b_frac,b_run,b_pct,b_short}'::text[]) q;
