@@ -20,7 +20,7 @@
 -- leases ended by offline recovery or a restart) since
 -- greatest(now() - breaker_window, the last close), summed from running
 -- counts per 10-second bucket (breaker_bucket below): the window is
--- counted in whole buckets, those that started within it.  The breaker trips
+-- counted in whole buckets, from the one holding its start.  The breaker trips
 --   * when the failed fraction exceeds breaker_threshold with at least
 --     breaker_min_samples outcomes (the fraction rule), or
 --   * with queue.breaker_run_rule = on, also when the last
@@ -63,9 +63,10 @@ COMMENT ON FUNCTION queue._breaker_count(text, bigint, bigint)
     IS 'Adds outcomes to this backend''s row of the queue''s current breaker bucket';
 
 -- The outcomes the breaker and health() judge, counted one way: the
--- buckets that started at or after p_from (the window in whole buckets,
--- never older than it), and the bucket holding p_from when the breaker
--- closed in it (its stripe -1 takes off what came before the close).
+-- buckets from the one holding p_from on (the window in whole buckets, up
+-- to one bucket longer than it, so that a window shorter than a bucket
+-- still sees its outcomes); when the breaker closed in that first bucket,
+-- its stripe -1 takes off what came before the close.
 CREATE FUNCTION queue._breaker_outcomes(p_queue text, p_from timestamptz, p_run_max int,
                                         OUT failed bigint, OUT outcomes bigint,
                                         OUT run bigint, OUT last_ok timestamptz)
@@ -73,13 +74,8 @@ RETURNS record LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
-    v_lo timestamptz := p_from;
-    v_edge timestamptz := date_bin('10 s', p_from, 'epoch');
+    v_lo timestamptz := date_bin('10 s', p_from, 'epoch');
 BEGIN
-    IF EXISTS (SELECT 1 FROM queue.breaker_bucket b
-                WHERE b.queue_name = p_queue AND b.bucket_start = v_edge AND b.stripe = -1) THEN
-        v_lo := v_edge;
-    END IF;
     SELECT coalesce(sum(b.failed), 0), coalesce(sum(b.succeeded + b.failed), 0)
       INTO failed, outcomes
       FROM queue.breaker_bucket b

@@ -67,13 +67,8 @@ RETURNS record LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
-    v_lo timestamptz := p_from;
-    v_edge timestamptz := date_bin('10 s', p_from, 'epoch');
+    v_lo timestamptz := date_bin('10 s', p_from, 'epoch');
 BEGIN
-    IF EXISTS (SELECT 1 FROM queue.breaker_bucket b
-                WHERE b.queue_name = p_queue AND b.bucket_start = v_edge AND b.stripe = -1) THEN
-        v_lo := v_edge;
-    END IF;
     SELECT coalesce(sum(b.failed), 0), coalesce(sum(b.succeeded + b.failed), 0)
       INTO failed, outcomes
       FROM queue.breaker_bucket b
