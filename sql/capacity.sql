@@ -42,6 +42,18 @@ SELECT queue.desired_workers('c_dw') AS paused;
 SELECT queue.resume('c_dw');
 SELECT queue.desired_workers('c_dw') AS resumed;
 
+-- case: items that cannot be claimed need no worker: members waiting
+-- behind their group's head, and a limited key's items beyond its cap
+SELECT queue.create_queue('c_flow', lease_timeout => '1 h');
+SELECT count(queue.enqueue('c_flow', jsonb_build_object('i', i), group_key => 'g1'))
+  FROM generate_series(1, 20) i;
+SELECT queue.desired_workers('c_flow') AS one_group;
+SELECT queue.set_limit('c_flow', 'erp', max_in_flight => 2);
+SELECT count(queue.enqueue('c_flow', '{}', limit_key => 'erp')) FROM generate_series(1, 10);
+SELECT queue.desired_workers('c_flow') AS group_and_capped_key;
+SELECT count(*) AS claimed FROM queue.dequeue('c_flow', 'c-w', 10);
+SELECT queue.desired_workers('c_flow') AS while_processing;
+
 -- case: an open breaker needs no worker while it cools down, and one (the
 -- probe's) once it is half-open, so a fleet scaled to zero can close it
 SELECT queue.create_queue('c_brk', breaker_threshold => 0.5, breaker_min_samples => 2,
@@ -189,7 +201,7 @@ SELECT status, array_length(reasons, 1) AS reasons FROM queue.health('c_idle');
 SELECT queue.resume('c_idle');
 
 SELECT queue.drop_queue(q, force => true)
-  FROM unnest(ARRAY['c_dw', 'c_brk', 'c_short', 'c_idle']) AS q;
+  FROM unnest(ARRAY['c_dw', 'c_brk', 'c_short', 'c_idle', 'c_flow']) AS q;
 DROP ROLE regress_c_reader;
 DROP ROLE regress_c_tenant;
 DROP FUNCTION public.regress_mask(text);
