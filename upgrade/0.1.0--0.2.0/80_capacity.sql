@@ -31,6 +31,7 @@ DECLARE
     c queue.queue_config;
     v_gate text;
     v_demand bigint;
+    v_blocked bigint;
 BEGIN
     IF desired_workers.items_per_worker IS NULL THEN
         RAISE EXCEPTION 'items_per_worker must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -47,6 +48,25 @@ BEGIN
         RETURN 0;
     END IF;
     SELECT s.queued + s.processing INTO v_demand FROM queue._stats(v_name) s;
+    -- items that cannot be claimed need no worker: members waiting behind
+    -- their group's head (counted as queued), and the items of a limited
+    -- key beyond its max_in_flight (each read through its partial index)
+    SELECT count(*) INTO v_blocked FROM queue.item_live i
+     WHERE i.queue_name = v_name AND i.group_wait;
+    v_demand := v_demand - v_blocked;
+    IF c.flow_limits THEN
+        SELECT coalesce(sum(greatest(x.n - l.max_in_flight, 0)), 0) INTO v_blocked
+          FROM queue.flow_limit l
+         CROSS JOIN LATERAL (
+                SELECT count(*) AS n FROM queue.item_live i
+                 WHERE i.queue_name = v_name AND i.limit_key = l.limit_key
+                   AND NOT i.group_wait AND NOT i.on_hold
+                   AND (i.visible_at <= now()
+                        OR (i.worker IS NOT NULL AND i.lease_expires_at > now()))) x
+         WHERE l.queue_name = v_name AND l.max_in_flight IS NOT NULL;
+        v_demand := v_demand - v_blocked;
+    END IF;
+    v_demand := greatest(v_demand, 0);
     IF c.max_in_flight IS NOT NULL THEN
         v_demand := least(v_demand, c.max_in_flight);
     END IF;
