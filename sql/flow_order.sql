@@ -26,4 +26,19 @@ SELECT queue.enqueue('fo_q', '{"k": "erp-top"}', priority => 0, limit_key => 'er
 SELECT queue.enqueue('fo_q', '{"k": "plain-2"}', priority => 3) > 0 AS enqueued;
 SELECT payload->>'k' AS k, priority FROM queue.dequeue('fo_q', 'w1', batch_size => 3);
 
+-- case: among many limited keys, the one whose first item comes first in
+-- the claim order is served first, whichever key became ready first
+SELECT queue.create_queue('fo_many');
+SELECT count(queue.set_limit('fo_many', 'k' || i, max_in_flight => 5)) FROM generate_series(1, 70) i;
+SELECT count(queue.enqueue('fo_many', jsonb_build_object('k', 'k' || i), priority => 5,
+                           limit_key => 'k' || i)) FROM generate_series(1, 70) i;
+SELECT queue.enqueue('fo_many', '{"k": "k70-urgent"}', priority => 0, limit_key => 'k70') > 0 AS enqueued;
+SELECT queue.enqueue('fo_many', '{"k": "k69-soon"}', priority => 1, limit_key => 'k69') > 0 AS enqueued;
+SELECT payload->>'k' AS k, priority FROM queue.dequeue('fo_many', 'w1');
+SELECT payload->>'k' AS k, priority FROM queue.dequeue('fo_many', 'w1');
+-- a batch opens at most 64 limited keys (the others wait for the next call)
+SELECT count(*) AS claimed, count(DISTINCT payload->>'k') AS keys
+  FROM queue.dequeue('fo_many', 'w1', batch_size => 100);
+
 SELECT queue.drop_queue('fo_q', force => true);
+SELECT queue.drop_queue('fo_many', force => true);
