@@ -62,12 +62,34 @@
 
 #include "queue.h"
 
+/*
+ * The keys a dequeue opens: of the first LANE_CANDIDATES keys whose
+ * ready_at has come, those whose first claimable item comes first in the
+ * claim order (one probe of item_live_limit_claim_idx per key; a key with
+ * nothing claimable is left out), locked in that order, skipping locked
+ * ones.  The candidates are read without a lock, so a dequeue never holds
+ * a key it does not claim from.
+ */
+#define LANE_CANDIDATES "1000"
 #define LANES_SQL \
+	"WITH c AS (" \
+	"  SELECT r.limit_key, f.priority, f.visible_at, f.item_id " \
+	"    FROM (SELECT l.limit_key FROM queue.flow_limit l " \
+	"           WHERE l.queue_name" OP("=") "$1 AND l.limit_key" OP("<>") "'' " \
+	"             AND l.ready_at" OP("<=") "pg_catalog.statement_timestamp() " \
+	"           ORDER BY l.ready_at LIMIT " LANE_CANDIDATES ") r " \
+	"   CROSS JOIN LATERAL (" \
+	"         SELECT i.priority, i.visible_at, i.item_id FROM queue.item_live i " \
+	"          WHERE i.queue_name" OP("=") "$1 AND i.limit_key" OP("=") "r.limit_key " \
+	"            AND i.priority" OP(">=") FLOW_BAND " " \
+	"            AND i.visible_at" OP("<=") "pg_catalog.statement_timestamp() " \
+	"          ORDER BY i.priority, i.visible_at, i.item_id LIMIT 1) f) " \
 	"SELECT l.limit_key, coalesce(l.max_in_flight, 0), coalesce(l.rate, 0), l.per " \
-	"  FROM queue.flow_limit l " \
-	" WHERE l.queue_name" OP("=") "$1 AND l.limit_key" OP("<>") "'' " \
-	"   AND l.ready_at" OP("<=") "pg_catalog.statement_timestamp() " \
-	" ORDER BY l.ready_at LIMIT $2 FOR UPDATE SKIP LOCKED"
+	"  FROM c JOIN queue.flow_limit l " \
+	"    ON l.queue_name" OP("=") "$1 AND l.limit_key" OP("=") "c.limit_key " \
+	" WHERE l.ready_at" OP("<=") "pg_catalog.statement_timestamp() " \
+	" ORDER BY c.priority, c.visible_at, c.item_id " \
+	" LIMIT $2 FOR UPDATE OF l SKIP LOCKED"
 
 #define QUEUE_RATE_SQL \
 	"SELECT l.limit_key, 0, coalesce(l.rate, 0), l.per " \
