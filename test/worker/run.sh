@@ -793,6 +793,27 @@ if want jsonread; then
 		"$(sql "SELECT count(*) FROM queue.history WHERE queue_name = 't_jsonread' AND result ? 'stdout'")" 3
 fi
 
+# -- case: a report the server refuses never leaves the lease renewed ----
+if want refused; then
+	sql "SELECT queue.create_queue('t_refused', lease_timeout => '3 s', max_attempts => 2)" >/dev/null
+	sql "SELECT queue.enqueue('t_refused', '{\"big\": true}', priority => 0);
+	     SELECT queue.enqueue('t_refused', '{\"small\": true}', priority => 5)" >/dev/null
+	# results over a lowered queue.max_payload_bytes (54000 from complete)
+	timeout 60 "$WORKER" --dsn "$DSN options='-c queue.max_payload_bytes=2048'" --queue t_refused \
+		--name refused1 --poll 200ms --max-items 2 --exec '
+		case "$(cat)" in
+		*big*) printf "{\"s\": \"%s\"}\n" "$(head -c 4000 /dev/zero | tr "\0" y)" ;;
+		*) echo "{\"ok\": 1}" ;;
+		esac' >"$LOG/refused1.out" 2>"$LOG/refused1.log"
+	is "refused: worker exits 0 after both items" "$?" 0
+	is "refused: both items completed, none left processing" \
+		"$(sql "SELECT count(*) FROM queue.history WHERE queue_name = 't_refused'")/$(sql "SELECT count(*) FROM queue.items WHERE queue_name = 't_refused'")" \
+		"2/0"
+	is "refused: a result too large to store is kept cut, and says so" \
+		"$(sql "SELECT (result->>'stdout_cut')::boolean AND length(result->>'stdout') BETWEEN 1 AND 1024
+		        FROM queue.history WHERE queue_name = 't_refused' AND payload ? 'big'")" t
+fi
+
 if [ -n "$SANITIZED" ]; then
 	reports=$(grep -l -E 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$LOG"/* 2>/dev/null)
 	is "sanitizers: no report in any log" "$reports" ""
