@@ -36,6 +36,10 @@ static double reconnect_delay = RECONNECT_MIN;
 static PGconn *open_connection(char *errbuf, size_t errlen);
 static void start_listening(void);
 static void register_worker(bool restart);
+static void end_refused(Item *it, const char *sqlstate);
+
+/* characters of stdout kept when a result is larger than the server takes */
+#define RESULT_CUT_CHARS "1024"
 
 /*
  * Run one parameterized statement.  On success returns Q_OK and the
@@ -560,6 +564,16 @@ item_report(Item *it)
 								   "SELECT queue.complete($1, $2::bigint, $3::bigint,"
 								   " pg_catalog.jsonb_build_object('stdout', $4::text))",
 								   4, vals, &res, sqlstate);
+				/*
+				 * A result over queue.max_payload_bytes: the work is done,
+				 * so the item completes with the start of its output.
+				 */
+				if (it->result != NULL && qs == Q_FAIL && !strcmp(sqlstate, "54000"))
+					qs = run_query("complete",
+								   "SELECT queue.complete($1, $2::bigint, $3::bigint,"
+								   " pg_catalog.jsonb_build_object('stdout', pg_catalog.left($4::text, "
+								   RESULT_CUT_CHARS "), 'stdout_cut', true))",
+								   4, vals, &res, sqlstate);
 				break;
 			}
 
@@ -594,8 +608,7 @@ item_report(Item *it)
 	if (qs == Q_FAIL)
 	{
 		totals.unreported++;
-		log_msg("item %s: report dropped after an SQL error; its lease will expire and it will be retried",
-				it->id);
+		end_refused(it, sqlstate);
 		item_free(it);
 		return true;
 	}
@@ -604,6 +617,30 @@ item_report(Item *it)
 	PQclear(res);
 	item_free(it);
 	return true;
+}
+
+/*
+ * The server refused an item's report (an SQL error, not a lost
+ * connection): end the lease with a transient failure, so that the
+ * worker's heartbeats stop renewing an item it no longer tracks and the
+ * item is tried again (or dead-lettered once its attempts are spent).
+ */
+static void
+end_refused(Item *it, const char *sqlstate)
+{
+	char		error[64];
+	const char *vals[4] = {opt.queue, it->id, it->token, error};
+	QStatus		qs;
+
+	snprintf(error, sizeof(error), "the server refused the report (SQLSTATE %s)", sqlstate);
+	qs = run_query("fail",
+				   "SELECT queue.fail($1, $2::bigint, $3::bigint, $4, 'WORKER_REPORT_REFUSED', false)",
+				   4, vals, NULL, NULL);
+	if (qs == Q_OK)
+		log_msg("item %s: report refused (SQLSTATE %s); failed it for a retry", it->id, sqlstate);
+	else
+		log_msg("item %s: report refused (SQLSTATE %s) and its failure too; "
+				"it comes back when this worker stops or its lease runs out", it->id, sqlstate);
 }
 
 /*
