@@ -779,6 +779,33 @@ if want top; then
 	is "top: a bad --interval exits 2" "$?" 2
 fi
 
+# -- case: queue-top on a small terminal ---------------------------------
+if want toptty; then
+	sql "SELECT queue.create_queue('t_tty_' || i) FROM generate_series(1, 15) i" >/dev/null
+	sql "SELECT queue.pause('t_tty_1', repeat('€', 30))" >/dev/null
+	script -qec "stty rows 12 cols 40; timeout -s INT 3 '$TOP' --dsn '$DSN' --interval 1" /dev/null \
+		>"$LOG/toptty.out" 2>&1 </dev/null
+	# the lines of each frame (from one cursor-home to the next)
+	frames=$(python3 - "$LOG/toptty.out" <<'PY'
+import sys
+data = open(sys.argv[1], 'rb').read()
+parts = data.split(b'\x1b[H')[1:]
+print(max((p.count(b'\n') for p in parts), default=-1))
+bad = 0
+for p in parts:
+    try:
+        p.decode('utf-8')
+    except UnicodeDecodeError:
+        bad += 1
+print(bad)
+PY
+)
+	is "toptty: every frame fits in the terminal's 12 rows (at most 11 lines)" \
+		"$(printf '%s\n' "$frames" | sed -n 1p | awk '{print ($1 >= 1 && $1 <= 11) ? "fits" : $1 " lines"}')" fits
+	is "toptty: lines cut at the width never split a UTF-8 character" "$(printf '%s\n' "$frames" | sed -n 2p)" 0
+	sql "SELECT queue.drop_queue('t_tty_' || i) FROM generate_series(1, 15) i" >/dev/null
+fi
+
 # -- case: stdout lines that end in whitespace at a read's end -----------
 if want jsonread; then
 	sql "SELECT queue.create_queue('t_jsonread')" >/dev/null
