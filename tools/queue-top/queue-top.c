@@ -51,6 +51,9 @@ typedef struct Frame
 	size_t		len;			/* bytes used */
 	size_t		cap;			/* bytes allocated */
 	int			width;			/* terminal columns, lines are cut there */
+	int			rows;			/* terminal rows, 0: no limit (--once) */
+	int			lines;			/* lines in the frame so far */
+	int			dropped;		/* lines left out for want of rows */
 	bool		color;			/* ANSI colours on */
 } Frame;
 
@@ -94,6 +97,26 @@ frame_raw(Frame *f, const char *s, size_t n)
 }
 
 /*
+ * The bytes of the first `width` columns of a sanitized line: a UTF-8
+ * character counts one column and is never cut in half.
+ */
+static size_t
+cut_columns(const char *s, size_t n, int width)
+{
+	int			cols = 0;
+
+	for (size_t i = 0; i < n; i++)
+	{
+		if (((unsigned char) s[i] & 0xC0) == 0x80)
+			continue;			/* a continuation byte */
+		if (cols == width)
+			return i;
+		cols++;
+	}
+	return n;
+}
+
+/*
  * Append one line, cut to the terminal width (escape codes not counted).
  * The text is made harmless here, in one place: colours and cursor codes
  * are added around it with frame_raw, never through the format.
@@ -115,8 +138,15 @@ frame_line(Frame *f, const char *color, const char *fmt,...)
 	va_end(ap);
 	/* every value in a line may come from the database: show controls */
 	n = term_sanitize(buf, sizeof(buf), raw, strlen(raw));
-	if (f->width > 0 && n > (size_t) f->width)
-		n = f->width;
+	/* the last row stays free: a newline there would scroll the frame */
+	if (f->rows > 0 && f->lines >= f->rows - 2 && f->dropped >= 0)
+	{
+		f->dropped++;
+		return;
+	}
+	f->lines++;
+	if (f->width > 0)
+		n = cut_columns(buf, n, f->width);
 	if (f->color && color)
 		frame_raw(f, color, strlen(color));
 	frame_raw(f, buf, n);
@@ -539,14 +569,18 @@ on_signal(int sig)
 	got_signal = sig;
 }
 
-static int
-term_width(void)
+/* The terminal's columns and rows (0 when unknown). */
+static void
+term_size(int *cols, int *rows)
 {
 	struct winsize ws;
 
-	if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 20)
-		return ws.ws_col;
-	return 0;
+	*cols = *rows = 0;
+	if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0)
+	{
+		*cols = ws.ws_col;
+		*rows = ws.ws_row;
+	}
 }
 
 static bool
@@ -585,7 +619,8 @@ draw_frame(void)
 	bool		ok;
 
 	f.color = use_color && !once;
-	f.width = once ? 0 : term_width();
+	if (!once)
+		term_size(&f.width, &f.rows);
 	strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", localtime(&now));
 	if (!once)
 		frame_raw(&f, "\033[H", 3);
@@ -605,6 +640,14 @@ draw_frame(void)
 		draw_limits(&f);
 		draw_alerts(&f);
 		ok = !query_failed && PQstatus(conn) == CONNECTION_OK;
+	}
+	if (f.dropped > 0)
+	{
+		int			n = f.dropped;
+
+		f.dropped = -1;			/* this line goes in whatever the rows */
+		frame_line(&f, C_DIM, "(%d more line%s: a taller terminal or --queue NAME shows them)",
+				   n, n == 1 ? "" : "s");
 	}
 	if (!once)
 		frame_raw(&f, "\033[J", 3);	/* clear below the frame */
