@@ -820,6 +820,16 @@ if want jsonread; then
 		"$(sql "SELECT count(*) FROM queue.history WHERE queue_name = 't_jsonread' AND result ? 'stdout'")" 3
 fi
 
+# -- case: a JSON result on one line longer than a checkpoint line -------
+if want longline; then
+	sql "SELECT queue.create_queue('t_longline'); SELECT queue.enqueue('t_longline', '{}')" >/dev/null
+	worker t_longline longline1 --max-items 1 --exec \
+		'cat >/dev/null; printf "{\"s\": \"%s\"}\n" "$(head -c 300000 /dev/zero | tr "\0" y)"'
+	is "longline: worker exits 0" "$?" 0
+	is "longline: a 300 kB JSON line is the result, whole" \
+		"$(sql "SELECT length(result->>'s') FROM queue.history WHERE queue_name = 't_longline'")" 300000
+fi
+
 # -- case: a report the server refuses never leaves the lease renewed ----
 if want refused; then
 	sql "SELECT queue.create_queue('t_refused', lease_timeout => '3 s', max_attempts => 2)" >/dev/null
