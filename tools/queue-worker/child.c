@@ -214,13 +214,22 @@ item_read(Item *it, int *fdp, bool is_stdout)
 						buf_append(&it->line, s, e - s, SIZE_MAX);
 						if (it->line.len >= LINE_CAP)
 						{
-							/* too long for a checkpoint: plain output */
-							item_stdout_line(it, it->line.data, it->line.len);
+							/* too long for a checkpoint: plain output, and the line goes on */
+							buf_append(&it->out, it->line.data, it->line.len, STDOUT_CAP);
 							it->line.len = 0;
+							it->line_long = true;
 						}
 						break;
 					}
-					if (it->line.len > 0)
+					if (it->line_long)
+					{
+						buf_append(&it->out, it->line.data, it->line.len, STDOUT_CAP);
+						buf_append(&it->out, s, nl - s, STDOUT_CAP);
+						buf_append(&it->out, "\n", 1, STDOUT_CAP);
+						it->line.len = 0;
+						it->line_long = false;
+					}
+					else if (it->line.len > 0)
 					{
 						buf_append(&it->line, s, nl - s, SIZE_MAX);
 						item_stdout_line(it, it->line.data, it->line.len);
@@ -244,7 +253,14 @@ item_read(Item *it, int *fdp, bool is_stdout)
 		if (n < 0 && errno == EINTR)
 			continue;
 		/* EOF or error */
-		if (is_stdout && it->line.len > 0)
+		if (is_stdout && it->line_long)
+		{
+			buf_append(&it->out, it->line.data, it->line.len, STDOUT_CAP);
+			buf_append(&it->out, "\n", 1, STDOUT_CAP);
+			it->line.len = 0;
+			it->line_long = false;
+		}
+		else if (is_stdout && it->line.len > 0)
 		{
 			item_stdout_line(it, it->line.data, it->line.len);
 			it->line.len = 0;

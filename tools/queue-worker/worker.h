@@ -107,6 +107,7 @@ typedef struct Item
 	double		kill_at;		/* when SIGTERM escalates to SIGKILL */
 	Buf			out;			/* stdout, minus checkpoint lines */
 	Buf			line;			/* current partial stdout line */
+	bool		line_long;		/* its start (over LINE_CAP) is in out already */
 	Buf			err;			/* stderr tail */
 	char	  **checkpoints;	/* checkpoint JSON not yet sent */
 	int			ncheckpoints;
