@@ -308,9 +308,13 @@ register_worker(bool restart)
 	}
 	else if (qs == Q_FAIL && restart && !strcmp(sqlstate, "42501"))
 	{
-		/* the name is another role's: running under it would mix two bots */
+		/*
+		 * The name is another role's (running under it would mix two bots),
+		 * or this role may not register workers at all.
+		 */
 		fprintf(stderr, "%s: cannot run as worker \"%s\" (see the error above)\n"
-				"Choose another --name, or ask a queue_admin.\n", progname, worker_name);
+				"If the name belongs to another role, choose another --name; if this role lacks\n"
+				"queue_worker, ask a queue_admin to grant it.\n", progname, worker_name);
 		exit(1);
 	}
 }
