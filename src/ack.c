@@ -975,11 +975,16 @@ queue_release(PG_FUNCTION_ARGS)
 	}
 	else
 	{
-		/* NB: a cancel-requested lease (negated token) ends here instead */
+		/*
+		 * NB: a cancel-requested lease (negated token) ends here instead.
+		 * Read with a new snapshot: the release may have waited for the
+		 * cancel that negated the token, committed after this statement
+		 * began.
+		 */
 		Oid			t[3] = {TEXTOID, INT8OID, INT8OID};
 
 		queue_spi_exec(queue_prepare_cached(&cancelled_plan, CANCELLED_SQL, 3, t),
-					   values, NULL, true, 1, SPI_OK_SELECT, "looking for a cancel request");
+					   values, NULL, false, 1, SPI_OK_SELECT, "looking for a cancel request");
 		if (SPI_processed == 1)
 		{
 			char	   *worker = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
