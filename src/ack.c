@@ -444,6 +444,24 @@ completed_row_desc(void)
 	return desc;
 }
 
+/* A pair of complete_batch: its item id and its place in the arrays. */
+typedef struct PendingPair
+{
+	int64		id;
+	int			pos;
+} PendingPair;
+
+static int
+pending_pair_cmp(const void *a, const void *b)
+{
+	const PendingPair *x = (const PendingPair *) a;
+	const PendingPair *y = (const PendingPair *) b;
+
+	if (x->id != y->id)
+		return (x->id > y->id) - (x->id < y->id);
+	return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
 /*
  * complete_batch_by_tid
  *		complete_batch on a plain server: the items of (ids, toks) pairs
@@ -481,6 +499,27 @@ complete_batch_by_tid(Datum *values, char *nulls, ArrayType *ids, ArrayType *tok
 	for (int i = 0; i < nids && i < ntoks; i++)
 		if (!id_nulls[i] && !tok_nulls[i] && DatumGetInt64(tok_elems[i]) > 0)
 			pending[npending++] = i;
+
+	/*
+	 * Lock order, items first and in item id order (as heartbeat, restart
+	 * and sweep take them): the pairs are completed in id order, not in the
+	 * order the caller gave (dequeue's claim order), or a batch and a
+	 * heartbeat of its worker could each hold an item the other waits for.
+	 */
+	if (npending > 1)
+	{
+		PendingPair *pairs = palloc(sizeof(PendingPair) * npending);
+
+		for (int p = 0; p < npending; p++)
+		{
+			pairs[p].id = DatumGetInt64(id_elems[pending[p]]);
+			pairs[p].pos = pending[p];
+		}
+		qsort(pairs, npending, sizeof(PendingPair), pending_pair_cmp);
+		for (int p = 0; p < npending; p++)
+			pending[p] = pairs[p].pos;
+		pfree(pairs);
+	}
 
 	/* directly where possible (complete_direct.c); the rest by statement */
 	if (npending > 0)
