@@ -20,19 +20,9 @@ clients=${2:-16}
 per_client=${3:-500}
 reps=${4:-2}
 here=$(cd "$(dirname "$0")" && pwd)
-shared=${SHARED_BENCH:-$here/../../../shared/bench}
-[ -f "$shared/sql/raw_cycle.sql" ] || { echo "shared bench not found (set SHARED_BENCH)" >&2; exit 1; }
-PAY='{"job":"send_email","user_id":123456,"args":{"to":"someone@example.com","template":"welcome","locale":"en"}}'
-P="psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p $port -U postgres"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. "$here/pair_db.sh"
 
-# compare.sh's full cycle and worker loop
-cat >"$work/q_cycle.sql" <<SQL
-SELECT queue.enqueue('bq', '$PAY'::jsonb);
-SELECT item_id, lease_token FROM queue.dequeue('bq', 'bench' || :client_id) \gset
-SELECT queue.complete('bq', :item_id, :lease_token);
-SQL
+# compare.sh's worker loop (its full cycle: pair_db.sh)
 cat >"$work/q_loop.sql" <<SQL
 SELECT queue.enqueue('bq', '$PAY'::jsonb);
 BEGIN;
@@ -45,11 +35,7 @@ sed -e 's/^WITH c AS (/BEGIN;\nWITH c AS (/' -e 's/^DELETE FROM rq WHERE id = :i
 	"$shared/sql/raw_cycle.sql" >"$work/raw_loop.sql"
 cp "$shared/sql/raw_cycle.sql" "$work/raw_cycle.sql"
 
-$P -c "DROP DATABASE IF EXISTS qcpu" -c "CREATE DATABASE qcpu" >/dev/null 2>&1
-$P -d qcpu -c "CREATE EXTENSION queue" -c "SELECT queue.create_queue('bq')" >/dev/null
-$P -d qcpu -c "SELECT count(*) FROM queue.enqueue_batch('bq', (SELECT array_agg('$PAY'::jsonb) FROM generate_series(1, 1000)))" >/dev/null
-$P -d qcpu -f "$shared/sql/raw_setup.sql" >/dev/null 2>&1
-$P -d qcpu -c "INSERT INTO rq (queue, payload) SELECT 'q1', '$PAY' FROM generate_series(1, 1000)" -c "VACUUM ANALYZE" >/dev/null
+pair_db qcpu
 
 # busy and idle jiffies of all CPUs
 jiffies() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8, $5 + $6}' /proc/stat; }

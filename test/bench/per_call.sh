@@ -18,24 +18,8 @@ port=$1
 reps=${2:-5}
 secs=${3:-10}
 here=$(cd "$(dirname "$0")" && pwd)
-shared=${SHARED_BENCH:-$here/../../../shared/bench}
-[ -f "$shared/sql/raw_cycle.sql" ] || { echo "shared bench not found (set SHARED_BENCH)" >&2; exit 1; }
-PAY='{"job":"send_email","user_id":123456,"args":{"to":"someone@example.com","template":"welcome","locale":"en"}}'
-P="psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p $port -U postgres"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-
-cat >"$work/cycle.sql" <<SQL
-SELECT queue.enqueue('bq', '$PAY'::jsonb);
-SELECT item_id, lease_token FROM queue.dequeue('bq', 'bench' || :client_id) \gset
-SELECT queue.complete('bq', :item_id, :lease_token);
-SQL
-
-$P -c "DROP DATABASE IF EXISTS qpercall" -c "CREATE DATABASE qpercall" >/dev/null 2>&1
-$P -d qpercall -c "CREATE EXTENSION queue" -c "SELECT queue.create_queue('bq')" >/dev/null
-$P -d qpercall -c "SELECT count(*) FROM queue.enqueue_batch('bq', (SELECT array_agg('$PAY'::jsonb) FROM generate_series(1, 1000)))" >/dev/null
-$P -d qpercall -f "$shared/sql/raw_setup.sql" >/dev/null 2>&1
-$P -d qpercall -c "INSERT INTO rq (queue, payload) SELECT 'q1', '$PAY' FROM generate_series(1, 1000)" -c "VACUUM ANALYZE" >/dev/null
+. "$here/pair_db.sh"
+pair_db qpercall
 
 # the three statement latencies (ms) of a pgbench -r run, in script order
 latencies() {
@@ -46,7 +30,7 @@ latencies() {
 printf '%-5s %-22s %-22s %s\n' pair "raw INSERT/claim/DELETE" "enqueue/dequeue/complete" "ratios"
 for r in $(seq 1 "$reps"); do
 	raw=($(latencies "$shared/sql/raw_cycle.sql"))
-	q=($(latencies "$work/cycle.sql"))
+	q=($(latencies "$work/q_cycle.sql"))
 	[ ${#raw[@]} -eq 3 ] && [ ${#q[@]} -eq 3 ] || { echo "pair $r: pgbench failed" >&2; exit 1; }
 	printf '%-5s %-22s %-22s %.2f %.2f %.2f\n' "$r" "${raw[*]}" "${q[*]}" \
 		"$(echo "${q[0]}/${raw[0]}" | bc -l)" "$(echo "${q[1]}/${raw[1]}" | bc -l)" \
