@@ -23,11 +23,14 @@
 #
 #   SUITES="regress isolation tap tools tools-asan demo ecosystem citus"   choose suites
 #   (default: all)
+#   SUITE_TIMEOUT=1200   seconds a suite may take before it is stopped and
+#                        counted as failed
 
 set -u
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 SUITES=${SUITES:-"regress isolation tap tools tools-asan demo ecosystem citus"}
+SUITE_TIMEOUT=${SUITE_TIMEOUT:-1200}
 cd "$REPO"
 
 test/deps.sh || exit 1
@@ -77,12 +80,16 @@ run_suite() {
 	echo "=== $name"
 	# as postgres, from the copy: a clone under /root (0700) is no folder
 	# postgres may stand in, and every command would say so in the log
-	if (if [ ${#as[@]} -gt 0 ]; then cd "$WORK" || exit 1; fi; "${as[@]}" "$@") >"$log" 2>&1; then
+	# a suite that hangs fails on its own after SUITE_TIMEOUT seconds
+	# (SIGTERM, then SIGKILL), so a run always ends with a report
+	if (if [ ${#as[@]} -gt 0 ]; then cd "$WORK" || exit 1; fi
+		timeout -k 30 "$SUITE_TIMEOUT" "${as[@]}" "$@") >"$log" 2>&1; then
 		status=0
 	else
-		status=1
+		status=$?
 	fi
 	cat "$log"
+	[ "$status" = 124 ] && echo "not ok - suite $name did not end within ${SUITE_TIMEOUT} s (SUITE_TIMEOUT) and was stopped"
 	case $name in
 		regress | isolation) count_regress "$log" ;;
 		tap)

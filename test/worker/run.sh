@@ -783,8 +783,14 @@ fi
 if want toptty; then
 	sql "SELECT queue.create_queue('t_tty_' || i) FROM generate_series(1, 15) i" >/dev/null
 	sql "SELECT queue.pause('t_tty_1', repeat('€', 30))" >/dev/null
-	script -qec "stty rows 12 cols 40; timeout -s INT 3 '$TOP' --dsn '$DSN' --interval 1" /dev/null \
+	# queue-top stays in the terminal's foreground process group
+	# (--foreground): in a background one, its first tcsetattr() would stop
+	# it, as a shell that does not exec the last command (dash) would leave
+	# it; the outer timeout bounds the case whatever happens
+	SHELL=/bin/sh timeout -k 5 30 script -qec \
+		"stty rows 12 cols 40; timeout --foreground --preserve-status -k 3 -s INT 3 '$TOP' --dsn '$DSN' --interval 1" /dev/null \
 		>"$LOG/toptty.out" 2>&1 </dev/null
+	is "toptty: queue-top on a terminal ends on SIGINT" "$?" 0
 	# the lines of each frame (from one cursor-home to the next)
 	frames=$(python3 - "$LOG/toptty.out" <<'PY'
 import sys
