@@ -19,7 +19,7 @@ citus_free_port() {
 
 citus_node_start() {
 	local dir=$1 port=$2
-	"$BINDIR/initdb" -D "$dir" -A trust -U postgres >"$dir.initdb.log" 2>&1 || { cat "$dir.initdb.log"; return 1; }
+	"$BINDIR/initdb" -D "$dir" -A trust -U postgres -E UTF8 --no-locale >"$dir.initdb.log" 2>&1 || { cat "$dir.initdb.log"; return 1; }
 	cat >>"$dir/postgresql.conf" <<CONF
 port = $port
 listen_addresses = '127.0.0.1'

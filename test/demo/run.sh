@@ -147,7 +147,7 @@ elapsed() { awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%5.1f", b - a 
 
 # -- cluster ---------------------------------------------------------------
 say "starting a throw-away cluster on port $PORT in $DEMO"
-"$BINDIR/initdb" -D "$PGDATA" -A trust -U postgres >"$LOGS/initdb.log" 2>&1 ||
+"$BINDIR/initdb" -D "$PGDATA" -A trust -U postgres -E UTF8 --no-locale >"$LOGS/initdb.log" 2>&1 ||
 	{ cat "$LOGS/initdb.log"; exit 1; }
 cat >>"$PGDATA/postgresql.conf" <<EOF
 listen_addresses = ''

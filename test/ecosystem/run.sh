@@ -61,7 +61,7 @@ cleanup() {
 trap cleanup EXIT
 
 PORT=$(free_port) || { echo "Bail out! no free port in 59000-59999"; exit 1; }
-"$BINDIR/initdb" -D "$PGDATA" -A trust -U postgres >"$LOG/initdb.log" 2>&1 ||
+"$BINDIR/initdb" -D "$PGDATA" -A trust -U postgres -E UTF8 --no-locale >"$LOG/initdb.log" 2>&1 ||
 	{ echo "Bail out! initdb failed, see $LOG/initdb.log"; exit 1; }
 cat >>"$PGDATA/postgresql.conf" <<CONF
 listen_addresses = '127.0.0.1'

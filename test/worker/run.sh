@@ -68,7 +68,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$BINDIR/initdb" -D "$PGDATA" -A trust -U postgres >"$LOG/initdb.log" 2>&1 ||
+"$BINDIR/initdb" -D "$PGDATA" -A trust -U postgres -E UTF8 --no-locale >"$LOG/initdb.log" 2>&1 ||
 	{ echo "Bail out! initdb failed, see $LOG/initdb.log"; exit 1; }
 cat >>"$PGDATA/postgresql.conf" <<EOF
 listen_addresses = ''
