@@ -20,7 +20,7 @@
 -- Running at commit keeps the group lock short and lets a dead-lettering
 -- (delete, then insert into dead_letters) be seen whole.  The first settle
 -- of a commit locks every group the transaction settles, in
--- (queue_name, group_key) order (queue._group_lock_touched(), src/flow.c,
+-- (queue_name, group_key) order (queue._flow_lock_touched(), src/flow.c,
 -- from notes taken as the rows were written), so two commits that touched
 -- the same groups in other orders wait for each other instead of
 -- deadlocking.
@@ -98,12 +98,14 @@ COMMENT ON FUNCTION queue._flow_band() IS 'Added to the priority of items of a l
 
 -- Groups ------------------------------------------------------------------
 
--- One lock order for the groups of a commit.  Every row whose deferred
--- trigger will settle a group notes the group as it is written
--- (queue._group_touched(), AFTER ROW; a subtransaction's notes go with its
--- rollback); the first settle of the commit locks all noted groups in
--- (queue_name, group_key) byte order with queue._group_lock and forgets the
--- notes, so later settles only take locks the transaction holds.
+-- One lock order for the groups and keys of a commit.  Every row whose
+-- deferred trigger will settle a group or wake a limited key notes the
+-- group or key as it is written (queue._group_touched(),
+-- queue._key_touched(), AFTER ROW; a subtransaction's notes go with its
+-- rollback); the first deferred trigger of the commit locks all noted
+-- groups (queue._group_lock), then all noted keys that are parked, each in
+-- (queue_name, name) byte order, and forgets the notes, so later triggers
+-- only take locks the transaction holds.
 CREATE OR REPLACE FUNCTION queue._group_lock(p_queue text, p_group text)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
@@ -120,15 +122,20 @@ $$;
 COMMENT ON FUNCTION queue._group_lock(text, text)
     IS 'Takes the lock of a group''s row, making the row if the group has none';
 
-CREATE OR REPLACE FUNCTION queue._group_lock_touched() RETURNS void
-    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'queue_group_lock_touched';
-COMMENT ON FUNCTION queue._group_lock_touched()
-    IS 'Locks the groups the transaction will settle at commit, in group order';
+CREATE OR REPLACE FUNCTION queue._flow_lock_touched() RETURNS void
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'queue_flow_lock_touched';
+COMMENT ON FUNCTION queue._flow_lock_touched()
+    IS 'Locks the groups and parked keys the transaction will touch at commit, in one order';
 
 CREATE OR REPLACE FUNCTION queue._group_touched() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'queue_group_touched';
 COMMENT ON FUNCTION queue._group_touched()
     IS 'Notes a group that the transaction will settle at commit';
+
+CREATE OR REPLACE FUNCTION queue._key_touched() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'queue_key_touched';
+COMMENT ON FUNCTION queue._key_touched()
+    IS 'Notes a limited key that the transaction may wake at commit';
 
 -- Give a group its next head unless it has one or a dead head blocks it.
 -- p_left: the head that just left item_live (NULL: none).  p_new: an item
@@ -151,8 +158,8 @@ DECLARE
     v_new_id bigint;
     v_new_pos bigint;
 BEGIN
-    -- every group of this commit first, in one order (see above)
-    PERFORM queue._group_lock_touched();
+    -- every group and key of this commit first, in one order (see above)
+    PERFORM queue._flow_lock_touched();
     IF NOT EXISTS (SELECT 1 FROM queue.queue_config c WHERE c.queue_name = p_queue) THEN
         RETURN;     -- the queue was dropped
     END IF;
@@ -306,6 +313,8 @@ DECLARE
     v_new bigint;
     v_wake timestamptz;
 BEGIN
+    -- every group and key of this commit first, in one order (see above)
+    PERFORM queue._flow_lock_touched();
     IF TG_OP = 'DELETE' THEN
         v_queue := OLD.queue_name;
         v_key := OLD.limit_key;
@@ -331,9 +340,12 @@ BEGIN
     IF v_group IS NOT NULL THEN
         PERFORM queue._group_settle(v_queue, v_group, v_left, v_new);
     END IF;
+    -- only a parked key (ready_at after now) is woken: its row is among
+    -- those locked above
     IF v_wake IS NOT NULL AND v_wake < queue._flow_parked() THEN
         UPDATE queue.flow_limit l SET ready_at = v_wake
-         WHERE l.queue_name = v_queue AND l.limit_key = v_key AND l.ready_at > v_wake;
+         WHERE l.queue_name = v_queue AND l.limit_key = v_key
+           AND l.ready_at > greatest(v_wake, now());
     END IF;
     RETURN NULL;
 END
@@ -404,7 +416,7 @@ CREATE CONSTRAINT TRIGGER item_live_flow_deleted
           OR (OLD.priority >= 100000 AND OLD.worker IS NOT NULL))
     EXECUTE FUNCTION queue._flow_on_commit();
 
--- the notes of the groups these triggers settle (queue._group_lock_touched)
+-- the notes of the groups and keys these triggers lock (queue._flow_lock_touched)
 CREATE OR REPLACE TRIGGER item_live_group_joined
     AFTER INSERT ON queue.item_live FOR EACH ROW
     WHEN (NEW.group_key IS NOT NULL)
@@ -413,6 +425,20 @@ CREATE OR REPLACE TRIGGER item_live_group_left
     AFTER DELETE ON queue.item_live FOR EACH ROW
     WHEN (OLD.group_key IS NOT NULL AND NOT OLD.group_wait)
     EXECUTE FUNCTION queue._group_touched();
+-- the same WHENs as the limited-key parts of the triggers above
+CREATE OR REPLACE TRIGGER item_live_key_joined
+    AFTER INSERT ON queue.item_live FOR EACH ROW
+    WHEN (NEW.priority >= 100000)
+    EXECUTE FUNCTION queue._key_touched();
+CREATE OR REPLACE TRIGGER item_live_key_freed
+    AFTER UPDATE ON queue.item_live FOR EACH ROW
+    WHEN (OLD.priority >= 100000 AND NEW.priority >= 100000
+          AND ((OLD.worker IS NOT NULL AND NEW.worker IS NULL) OR NEW.visible_at < OLD.visible_at))
+    EXECUTE FUNCTION queue._key_touched();
+CREATE OR REPLACE TRIGGER item_live_key_left
+    AFTER DELETE ON queue.item_live FOR EACH ROW
+    WHEN (OLD.priority >= 100000 AND OLD.worker IS NOT NULL)
+    EXECUTE FUNCTION queue._key_touched();
 
 -- Limits: the API -----------------------------------------------------------
 

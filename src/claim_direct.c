@@ -108,7 +108,8 @@ static const ClaimCol lease_cols[] = {
 
 /* UPDATE triggers of item_live that never fire below the limited band */
 static const char *const band_triggers[] = {
-	"item_live_flow_band", "item_live_flow_revival", "item_live_flow_updated"
+	"item_live_flow_band", "item_live_flow_revival", "item_live_flow_updated",
+	"item_live_key_freed"
 };
 
 /*

@@ -94,7 +94,9 @@ static const char *const done_col_names[NUM_DONE_COLS] = {
 };
 
 /* DELETE triggers of item_live that the checks below stand for */
-static const char *const delete_triggers[] = {"item_live_flow_deleted", "item_live_group_left"};
+static const char *const delete_triggers[] = {
+	"item_live_flow_deleted", "item_live_group_left", "item_live_key_left"
+};
 
 /* item_live's layout, until its next relcache invalidation */
 static Oid	live_relid = InvalidOid;
@@ -167,7 +169,8 @@ match_item(TupleTableSlot *slot, Datum qname, int64 item_id, int64 token)
 	t = DatumGetInt64(LV(slot, LC_LEASE_TOKEN));
 	if ((t < 0 ? -t : t) != token)
 		return LIVE_OTHER;
-	/* item_live_flow_deleted's WHEN, which covers item_live_group_left's */
+	/* item_live_flow_deleted's WHEN, which covers item_live_group_left's
+	 * and item_live_key_left's */
 	if ((!LN(slot, LC_GROUP_KEY) && !DatumGetBool(LV(slot, LC_GROUP_WAIT))) ||
 		(DatumGetInt32(LV(slot, LC_PRIORITY)) >= QUEUE_FLOW_BAND && !LN(slot, LC_WORKER)))
 		return LIVE_STATEMENT;

@@ -66,7 +66,8 @@ static const char *const enq_col_names[NUM_ENQ_COLS] = {
 /* INSERT triggers of item_live: they fire only for items with a group or a
  * limit key, which are never written here */
 static const char *const insert_triggers[] = {
-	"item_live_flow_insert", "item_live_flow_inserted", "item_live_group_joined"
+	"item_live_flow_insert", "item_live_flow_inserted", "item_live_group_joined",
+	"item_live_key_joined"
 };
 
 /* How a column not set by enqueue gets its value. */

@@ -29,16 +29,19 @@
  * the queue: flow_queue_rate_room() before the claim, flow_close_lane()
  * after it.
  *
- * Groups take their locks at commit in one order.  A group's row in
- * queue.flow_group is locked by queue._group_settle() when the
- * transaction commits (deferred triggers), once per item that joined the
- * group or per head that left it, in the order the rows were written.
- * Two commits that touched the same groups in other orders would each
- * hold one group and wait for the other.  So every row that will settle a
- * group is noted here as it is written (queue._group_touched(), an AFTER
- * ROW trigger), and the first settle of the commit locks all the noted
- * groups at once in (queue_name, group_key) byte order
- * (queue._group_lock_touched()); the settles that follow take locks the
+ * Commits take their flow locks in one order.  When a transaction
+ * commits, its deferred triggers lock a group's row in queue.flow_group
+ * (queue._group_settle()) once per item that joined the group or per head
+ * that left it, and wake a parked limited key by updating its row in
+ * queue.flow_limit once per lease that ended or item that became due, in
+ * the order the rows were written.  Two commits that touched the same
+ * groups or keys in other orders would each hold one and wait for the
+ * other.  So every row whose deferred trigger will take such a lock is
+ * noted here as it is written (queue._group_touched() and
+ * queue._key_touched(), AFTER ROW triggers), and the first deferred
+ * trigger of the commit locks all the noted groups, then all the noted
+ * keys that are parked, each in (queue_name, name) byte order
+ * (queue._flow_lock_touched()); the triggers that follow take locks the
  * transaction holds already.  Notes of a subtransaction that rolls back
  * are dropped with it.
  *
@@ -438,21 +441,31 @@ flow_check_requires(Datum requires, bool *isnull)
  * Groups: one lock order at commit ------------------------------------------
  */
 
-typedef struct GroupNote
+typedef struct FlowNote
 {
+	bool		is_key;			/* a limit key (else a group) */
 	char	   *queue;
-	char	   *group;
+	char	   *name;			/* group_key or limit_key */
 	SubTransactionId subid;		/* of the (sub)transaction that wrote it */
-} GroupNote;
+} FlowNote;
 
-/* the groups this transaction will settle at commit (TopTransactionContext) */
-static List *group_notes = NIL;
+/* the groups and keys this transaction will lock at commit
+ * (TopTransactionContext) */
+static List *flow_notes = NIL;
 
 #define GROUP_LOCK_SQL "SELECT queue._group_lock($1, $2)"
 static SPIPlanPtr group_lock_plan = NULL;
 
+/* a key's row, if parked: only a parked key is woken (_flow_on_commit) */
+#define KEY_LOCK_SQL \
+	"SELECT 1 FROM queue.flow_limit l " \
+	" WHERE l.queue_name" OP("=") "$1 AND l.limit_key" OP("=") "$2 " \
+	"   AND l.ready_at" OP(">") "pg_catalog.now() FOR UPDATE"
+static SPIPlanPtr key_lock_plan = NULL;
+
 PG_FUNCTION_INFO_V1(queue_group_touched);
-PG_FUNCTION_INFO_V1(queue_group_lock_touched);
+PG_FUNCTION_INFO_V1(queue_key_touched);
+PG_FUNCTION_INFO_V1(queue_flow_lock_touched);
 
 static void
 group_xact_callback(XactEvent event, void *arg)
@@ -464,7 +477,7 @@ group_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
-			group_notes = NIL;	/* freed with TopTransactionContext */
+			flow_notes = NIL;	/* freed with TopTransactionContext */
 			break;
 		default:
 			break;
@@ -484,12 +497,12 @@ group_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 
 	if (event != SUBXACT_EVENT_ABORT_SUB)
 		return;
-	foreach(lc, group_notes)
+	foreach(lc, flow_notes)
 	{
-		GroupNote  *note = (GroupNote *) lfirst(lc);
+		FlowNote   *note = (FlowNote *) lfirst(lc);
 
 		if (note->subid >= mySubid)
-			group_notes = foreach_delete_current(group_notes, lc);
+			flow_notes = foreach_delete_current(flow_notes, lc);
 	}
 }
 
@@ -505,105 +518,140 @@ queue_flow_init(void)
 }
 
 /*
- * queue._group_touched() trigger
- *
- * AFTER ROW on the rows whose deferred triggers settle a group at commit
- * (an item joining a group, a head leaving it, a dead head reviewed):
- * notes the row's (queue_name, group_key).  A row of the same group as
- * the note before it (a batch into one group) adds nothing.
+ * note_row
+ *		Note the (queue_name, <column>) of the row an AFTER ROW trigger
+ *		fired for.  A row of the same group or key as the note before it (a
+ *		batch into one group) adds nothing.
  */
-Datum
-queue_group_touched(PG_FUNCTION_ARGS)
+static void
+note_row(FunctionCallInfo fcinfo, const char *fname, const char *column, bool is_key)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 	HeapTuple	tuple;
 	TupleDesc	desc;
 	Datum		queue;
-	Datum		group;
+	Datum		name;
 	bool		qnull;
-	bool		gnull;
+	bool		nnull;
 	char	   *qstr;
-	char	   *gstr;
+	char	   *nstr;
 	SubTransactionId subid = GetCurrentSubTransactionId();
 	MemoryContext oldcxt;
-	GroupNote  *note;
+	FlowNote   *note;
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
 		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
-		elog(ERROR, "queue._group_touched() must be an AFTER ROW trigger");
+		elog(ERROR, "%s must be an AFTER ROW trigger", fname);
 	tuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ? trigdata->tg_newtuple
 		: trigdata->tg_trigtuple;
 	desc = RelationGetDescr(trigdata->tg_relation);
 	queue = heap_getattr(tuple, SPI_fnumber(desc, "queue_name"), desc, &qnull);
-	group = heap_getattr(tuple, SPI_fnumber(desc, "group_key"), desc, &gnull);
-	if (qnull || gnull)
-		return PointerGetDatum(NULL);
+	name = heap_getattr(tuple, SPI_fnumber(desc, column), desc, &nnull);
+	if (qnull || nnull)
+		return;
 	qstr = TextDatumGetCString(queue);
-	gstr = TextDatumGetCString(group);
+	nstr = TextDatumGetCString(name);
 
-	if (group_notes != NIL)
+	if (flow_notes != NIL)
 	{
-		GroupNote  *last = (GroupNote *) llast(group_notes);
+		FlowNote   *last = (FlowNote *) llast(flow_notes);
 
-		if (last->subid == subid && strcmp(last->group, gstr) == 0 &&
-			strcmp(last->queue, qstr) == 0)
-			return PointerGetDatum(NULL);
+		if (last->subid == subid && last->is_key == is_key &&
+			strcmp(last->name, nstr) == 0 && strcmp(last->queue, qstr) == 0)
+			return;
 	}
 	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
-	note = palloc(sizeof(GroupNote));
+	note = palloc(sizeof(FlowNote));
+	note->is_key = is_key;
 	note->queue = pstrdup(qstr);
-	note->group = pstrdup(gstr);
+	note->name = pstrdup(nstr);
 	note->subid = subid;
-	group_notes = lappend(group_notes, note);
+	flow_notes = lappend(flow_notes, note);
 	MemoryContextSwitchTo(oldcxt);
-	return PointerGetDatum(NULL);
-}
-
-static int
-group_note_cmp(const ListCell *a, const ListCell *b)
-{
-	const GroupNote *na = (const GroupNote *) lfirst(a);
-	const GroupNote *nb = (const GroupNote *) lfirst(b);
-	int			c = strcmp(na->queue, nb->queue);
-
-	return c != 0 ? c : strcmp(na->group, nb->group);
 }
 
 /*
- * queue._group_lock_touched() returns void
+ * queue._group_touched() trigger
  *
- * Locks the groups noted so far (queue._group_lock) in (queue_name,
- * group_key) byte order, each once, and forgets the notes: called by
- * every settle, it does the work on the first of a commit.
+ * AFTER ROW on the rows whose deferred triggers settle a group at commit
+ * (an item joining a group, a head leaving it, a dead head reviewed):
+ * notes the row's (queue_name, group_key).
  */
 Datum
-queue_group_lock_touched(PG_FUNCTION_ARGS)
+queue_group_touched(PG_FUNCTION_ARGS)
 {
-	List	   *notes = group_notes;
-	GroupNote  *prev = NULL;
+	note_row(fcinfo, "queue._group_touched()", "group_key", false);
+	return PointerGetDatum(NULL);
+}
+
+/*
+ * queue._key_touched() trigger
+ *
+ * AFTER ROW on the rows whose deferred triggers wake a limited key at
+ * commit (a lease of the key ended, an item of it inserted or made due
+ * sooner): notes the row's (queue_name, limit_key).
+ */
+Datum
+queue_key_touched(PG_FUNCTION_ARGS)
+{
+	note_row(fcinfo, "queue._key_touched()", "limit_key", true);
+	return PointerGetDatum(NULL);
+}
+
+/* groups before keys, each in (queue_name, name) byte order */
+static int
+flow_note_cmp(const ListCell *a, const ListCell *b)
+{
+	const FlowNote *na = (const FlowNote *) lfirst(a);
+	const FlowNote *nb = (const FlowNote *) lfirst(b);
+	int			c;
+
+	if (na->is_key != nb->is_key)
+		return na->is_key ? 1 : -1;
+	c = strcmp(na->queue, nb->queue);
+	return c != 0 ? c : strcmp(na->name, nb->name);
+}
+
+/*
+ * queue._flow_lock_touched() returns void
+ *
+ * Locks the groups noted so far (queue._group_lock), then the noted keys
+ * that are parked, in the order of flow_note_cmp, each once, and forgets
+ * the notes: called by every deferred flow trigger, it does the work on
+ * the first of a commit.
+ */
+Datum
+queue_flow_lock_touched(PG_FUNCTION_ARGS)
+{
+	List	   *notes = flow_notes;
+	FlowNote   *prev = NULL;
 	ListCell   *lc;
 	Oid			types[2] = {TEXTOID, TEXTOID};
 
 	if (notes == NIL)
 		PG_RETURN_VOID();
-	group_notes = NIL;
-	list_sort(notes, group_note_cmp);
+	flow_notes = NIL;
+	list_sort(notes, flow_note_cmp);
 
 	queue_spi_connect();
 	foreach(lc, notes)
 	{
-		GroupNote  *note = (GroupNote *) lfirst(lc);
+		FlowNote   *note = (FlowNote *) lfirst(lc);
 		Datum		v[2];
 
 		CHECK_FOR_INTERRUPTS();
-		if (prev != NULL && strcmp(prev->queue, note->queue) == 0 &&
-			strcmp(prev->group, note->group) == 0)
+		if (prev != NULL && prev->is_key == note->is_key &&
+			strcmp(prev->queue, note->queue) == 0 && strcmp(prev->name, note->name) == 0)
 			continue;
 		prev = note;
 		v[0] = CStringGetTextDatum(note->queue);
-		v[1] = CStringGetTextDatum(note->group);
-		queue_spi_exec(queue_prepare_cached(&group_lock_plan, GROUP_LOCK_SQL, 2, types),
-					   v, NULL, false, 0, SPI_OK_SELECT, "locking a group");
+		v[1] = CStringGetTextDatum(note->name);
+		if (note->is_key)
+			queue_spi_exec(queue_prepare_cached(&key_lock_plan, KEY_LOCK_SQL, 2, types),
+						   v, NULL, false, 0, SPI_OK_SELECT, "locking a limit key");
+		else
+			queue_spi_exec(queue_prepare_cached(&group_lock_plan, GROUP_LOCK_SQL, 2, types),
+						   v, NULL, false, 0, SPI_OK_SELECT, "locking a group");
 	}
 	queue_spi_finish();
 	list_free(notes);
