@@ -114,4 +114,36 @@ SELECT queue.unhold('l_hold3', :l_hold3_id) AS unheld;
 SELECT attempt FROM queue.dequeue('l_hold3', 'w-next');
 SELECT failed_1h FROM queue.stats('l_hold3');
 
-SELECT queue.drop_queue(q, force => true) FROM unnest('{l_lost,l_deq,l_spent,l_off,l_rec,l_late,l_hold,l_hold3}'::text[]) q;
+-- case: a lost lease sweep counted already is not counted again when its
+-- holder then goes offline or restarts: offline recovery and restart end
+-- the old lease (its token stops working) without a second failed attempt
+SELECT queue.create_queue('l_twice', max_attempts => 5);
+SELECT count(*) FROM queue.enqueue_batch('l_twice', array_fill('{}'::jsonb, ARRAY[2]));
+CREATE TEMP TABLE l_twice_held AS
+SELECT item_id, lease_token FROM queue.dequeue('l_twice', 'w-twice', batch_size => 2,
+                                               lease_timeout => '10 ms');
+SELECT pg_sleep(0.05);
+SELECT recovered FROM queue.sweep() WHERE queue_name = 'l_twice';
+UPDATE queue.worker_registry SET last_seen = now() - interval '1 h' WHERE worker = 'w-twice';
+SELECT recovered, dead_lettered FROM queue.sweep() WHERE queue_name = 'l_twice';
+SELECT failed_1h FROM queue.stats('l_twice');
+SELECT attempt, count(*) AS failure_rows FROM queue.failure_log
+ WHERE queue_name = 'l_twice' GROUP BY attempt;
+SELECT count(*) AS recovered_events FROM queue.events
+ WHERE queue_name = 'l_twice' AND kind = 'recovered';
+SELECT bool_and(queue.complete('l_twice', item_id, lease_token) IS NOT TRUE) AS old_tokens_dead
+  FROM l_twice_held;
+SELECT l.attempt, jsonb_array_length(l.errors) AS errors, i.state
+  FROM queue.item_live l JOIN queue.items i USING (queue_name, item_id)
+ WHERE l.queue_name = 'l_twice' ORDER BY l.item_id;
+-- a restart after the lost lease was counted does not count it again
+SELECT count(*) FROM queue.dequeue('l_twice', 'w-twice2', lease_timeout => '10 ms');
+SELECT pg_sleep(0.05);
+SELECT recovered FROM queue.sweep() WHERE queue_name = 'l_twice';
+SELECT queue.register_worker('w-twice2', restart => true);
+SELECT failed_1h FROM queue.stats('l_twice');
+SELECT count(*) FILTER (WHERE kind = 'recovered') AS recovered_events,
+       count(*) FILTER (WHERE kind = 'failed') AS failed_events
+  FROM queue.events WHERE queue_name = 'l_twice';
+
+SELECT queue.drop_queue(q, force => true) FROM unnest('{l_lost,l_deq,l_spent,l_off,l_rec,l_late,l_hold,l_hold3,l_twice}'::text[]) q;
