@@ -354,8 +354,11 @@ COMMENT ON FUNCTION queue._lease_lost(text, bigint) IS 'Counts an expired lease 
 -- End an item's current lease early as a lost lease (offline recovery, a
 -- restart): the attempt counts, with p_error; the item is claimable at
 -- once, or a dead letter when that was its last attempt or its cancel was
--- requested (then cancelled, queue._bury).  The caller has locked the
--- item.  Returns 'recovered' or 'dead' (NULL: no lease).
+-- requested (then cancelled, queue._bury).  A lease that ran out and was
+-- counted as lost already (sweep or dequeue met it) only ends: the attempt
+-- counts once.  The caller has locked the item.  Returns 'recovered',
+-- 'dead' or 'ended' (the counted lost lease ended), NULL when it has no
+-- lease.
 CREATE FUNCTION queue._end_lease(p_queue text, p_item_id bigint, p_kind text,
                                  p_error text, p_error_code text)
 RETURNS text LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -365,14 +368,26 @@ DECLARE
     r record;
     v_entry jsonb;
 BEGIN
-    SELECT i.attempt, i.max_attempts, i.worker, i.cancel_requested_at INTO r FROM queue.item_live i
+    SELECT i.attempt, i.max_attempts, i.worker, i.cancel_requested_at, i.lost_counted INTO r
+      FROM queue.item_live i
      WHERE i.queue_name = p_queue AND i.item_id = p_item_id AND i.lease_token IS NOT NULL;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
     IF r.attempt >= r.max_attempts OR r.cancel_requested_at IS NOT NULL THEN
-        PERFORM queue._bury(p_queue, p_item_id, 'lease_expired', p_error, p_error_code);
+        -- a lease that ran out and was counted already adds no second failure
+        PERFORM queue._bury(p_queue, p_item_id, 'lease_expired',
+                            CASE WHEN NOT r.lost_counted THEN p_error END,
+                            CASE WHEN NOT r.lost_counted THEN p_error_code END);
         RETURN 'dead';
+    END IF;
+    IF r.lost_counted THEN
+        -- the lease ran out and sweep or dequeue counted it as lost (the
+        -- item has been claimable since): it only ends, counted once
+        UPDATE queue.item_live i
+           SET lease_token = NULL, lease_expires_at = NULL, worker = NULL, lost_counted = false
+         WHERE i.queue_name = p_queue AND i.item_id = p_item_id;
+        RETURN 'ended';
     END IF;
     v_entry := queue._record_failure(p_queue, p_item_id, r.attempt, r.worker, p_kind,
                                      p_error, p_error_code);

@@ -132,14 +132,26 @@ DECLARE
     r record;
     v_entry jsonb;
 BEGIN
-    SELECT i.attempt, i.max_attempts, i.worker, i.cancel_requested_at INTO r FROM queue.item_live i
+    SELECT i.attempt, i.max_attempts, i.worker, i.cancel_requested_at, i.lost_counted INTO r
+      FROM queue.item_live i
      WHERE i.queue_name = p_queue AND i.item_id = p_item_id AND i.lease_token IS NOT NULL;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
     IF r.attempt >= r.max_attempts OR r.cancel_requested_at IS NOT NULL THEN
-        PERFORM queue._bury(p_queue, p_item_id, 'lease_expired', p_error, p_error_code);
+        -- a lease that ran out and was counted already adds no second failure
+        PERFORM queue._bury(p_queue, p_item_id, 'lease_expired',
+                            CASE WHEN NOT r.lost_counted THEN p_error END,
+                            CASE WHEN NOT r.lost_counted THEN p_error_code END);
         RETURN 'dead';
+    END IF;
+    IF r.lost_counted THEN
+        -- the lease ran out and sweep or dequeue counted it as lost (the
+        -- item has been claimable since): it only ends, counted once
+        UPDATE queue.item_live i
+           SET lease_token = NULL, lease_expires_at = NULL, worker = NULL, lost_counted = false
+         WHERE i.queue_name = p_queue AND i.item_id = p_item_id;
+        RETURN 'ended';
     END IF;
     v_entry := queue._record_failure(p_queue, p_item_id, r.attempt, r.worker, p_kind,
                                      p_error, p_error_code);
