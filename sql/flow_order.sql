@@ -40,5 +40,22 @@ SELECT payload->>'k' AS k, priority FROM queue.dequeue('fo_many', 'w1');
 SELECT count(*) AS claimed, count(DISTINCT payload->>'k') AS keys
   FROM queue.dequeue('fo_many', 'w1', batch_size => 100);
 
+-- case: under the queue's max_in_flight a batch takes the first items in
+-- claim order too, as many of a limited key as the key and the queue allow
+SELECT queue.create_queue('fo_cap', max_in_flight => 3);
+SELECT queue.set_limit('fo_cap', 'erp', max_in_flight => 5);
+SELECT count(queue.enqueue('fo_cap', jsonb_build_object('k', k), limit_key => l))
+  FROM (VALUES ('erp-1', 'erp'), ('erp-2', 'erp'), ('erp-3', 'erp'), ('plain-1', NULL),
+               ('plain-2', NULL)) AS x(k, l);
+SELECT payload->>'k' AS k FROM queue.dequeue('fo_cap', 'w1', batch_size => 10);
+SELECT queue.create_queue('fo_cap2', max_in_flight => 2);
+SELECT queue.set_limit('fo_cap2', 'erp', max_in_flight => 5);
+SELECT count(queue.enqueue('fo_cap2', jsonb_build_object('k', 'erp-' || i), limit_key => 'erp'))
+  FROM generate_series(1, 3) i;
+SELECT payload->>'k' AS k FROM queue.dequeue('fo_cap2', 'w1', batch_size => 10);
+SELECT limit_key, in_flight FROM queue.limits WHERE queue_name = 'fo_cap2';
+
+SELECT queue.drop_queue('fo_cap', force => true);
+SELECT queue.drop_queue('fo_cap2', force => true);
 SELECT queue.drop_queue('fo_q', force => true);
 SELECT queue.drop_queue('fo_many', force => true);
