@@ -266,6 +266,18 @@ flow_queue_rate_room(Datum qname, FlowLane *lane)
 }
 
 /*
+ * The ready_at of a key that may give something now: no later than the
+ * statement's start, which LANES_SQL compares ready_at with, so that the
+ * next cap stripe of the same dequeue (and every later statement) can open
+ * the key again.  lane->at, read after the key's lock, is later than that.
+ */
+static TimestampTz
+lane_ready_now(const FlowLane *lane)
+{
+	return Min(lane->at, GetCurrentStatementStartTimestamp());
+}
+
+/*
  * flow_close_lane
  *		Record the claims of a rated lane (ids: the nids items claimed at
  *		lane->at) and, for a key, set ready_at.  asked: how many the lane
@@ -304,7 +316,7 @@ flow_close_lane(Datum qname, FlowLane *lane, int64 asked, int nids, Datum *ids)
 		(void) run_count_min(queue_prepare_cached(&in_flight_plan, KEY_IN_FLIGHT_SQL, 2, t),
 							 v, &ready, &has_first);
 		if (!has_first)
-			ready = lane->at;
+			ready = lane_ready_now(lane);
 	}
 	else if (nids < asked || lane->room == 0)
 	{
@@ -321,7 +333,7 @@ flow_close_lane(Datum qname, FlowLane *lane, int64 asked, int nids, Datum *ids)
 		ready = due;
 	}
 	else
-		ready = lane->at;
+		ready = lane_ready_now(lane);
 	/* throttled: nothing before the oldest claim leaves the window */
 	if (lane->rate > 0 && lane->used + nids >= lane->rate)
 	{
