@@ -178,6 +178,38 @@ SELECT c.cron, c.at,
  ORDER BY 1, 2;
 RESET TimeZone;
 
+-- case: cron expressions across a change of daylight saving time in
+-- pg_cron's time zone: on the day clocks go back an hour, a schedule
+-- whose minute or hour field is a wildcard ticks through both passes of
+-- the repeated hour (no hour without items); a fixed time ticks once
+SET TimeZone = 'UTC';
+SET cron.timezone = 'America/New_York';
+-- 2026-11-01: 02:00 EDT (06:00 UTC) becomes 01:00 EST
+SELECT string_agg(to_char(t, 'HH24:MI'), ' ' ORDER BY t) AS every_15_min
+  FROM (WITH RECURSIVE r(t) AS (
+            SELECT queue._cron_tick('*/15 * * * *', timestamptz '2026-11-01 04:40', true)
+            UNION ALL
+            SELECT queue._cron_tick('*/15 * * * *', r.t, true) FROM r
+             WHERE r.t < timestamptz '2026-11-01 06:40')
+        SELECT t FROM r) x;
+SELECT string_agg(to_char(t, 'HH24:MI'), ' ' ORDER BY t) AS hourly
+  FROM (WITH RECURSIVE r(t) AS (
+            SELECT queue._cron_tick('@hourly', timestamptz '2026-11-01 03:30', true)
+            UNION ALL
+            SELECT queue._cron_tick('@hourly', r.t, true) FROM r
+             WHERE r.t < timestamptz '2026-11-01 07:30')
+        SELECT t FROM r) x;
+SELECT queue._cron_tick('*/15 * * * *', timestamptz '2026-11-01 05:20', false) AS newest_in_first_pass,
+       queue._cron_tick('*/15 * * * *', timestamptz '2026-11-01 06:20', false) AS newest_in_second_pass;
+SELECT queue._cron_tick('30 1 * * *', timestamptz '2026-10-31 12:00', true) AS daily_0130,
+       queue._cron_tick('30 1 * * *', timestamptz '2026-11-01 05:31', true) AS daily_0130_after_first_pass;
+-- an ordinary day in that zone, and the day clocks go forward
+SELECT queue._cron_tick('0 9 * * *', timestamptz '2026-07-01 00:00', true) AS daily_0900_summer,
+       queue._cron_tick('0 9 * * *', timestamptz '2026-12-01 00:00', true) AS daily_0900_winter,
+       queue._cron_tick('*/30 * * * *', timestamptz '2026-03-08 06:50', true) AS after_spring_forward;
+RESET cron.timezone;
+RESET TimeZone;
+
 -- case: roles: scheduling is an admin action; a producer grant is not
 -- enough; readers see the schedules of the queues they may read
 CREATE ROLE regress_s_admin LOGIN IN ROLE queue_admin;
