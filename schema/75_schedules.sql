@@ -167,6 +167,15 @@ COMMENT ON FUNCTION queue._cron_timezone() IS 'The time zone cron expressions ar
 -- one after p_at, else the newest one at or before p_at.  NULL when there
 -- is none within eight years (every weekday falls on every date, 29
 -- February included, within eight years).
+--
+-- Daylight saving time in pg_cron's time zone, as in Vixie cron: on the
+-- day clocks go back, a wall-clock time of the repeated hour names two
+-- instants.  An expression whose minute or hour field is a wildcard ('*',
+-- '*/n', @hourly) ticks at both, so an hour of wall-clock time repeated
+-- is an hour of ticks, never an hour without; a fixed time ticks once (at
+-- the instant PostgreSQL reads the wall-clock time as).  A wall-clock time
+-- the clocks skip when they go forward is read as PostgreSQL reads it
+-- (02:30 as 03:30 of the new offset).
 CREATE OR REPLACE FUNCTION queue._cron_tick(p_cron text, p_at timestamptz, p_forward boolean)
 RETURNS timestamptz LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
@@ -174,7 +183,15 @@ DECLARE
     c record := queue._cron_parse(p_cron);
     v_tz text := queue._cron_timezone();
     v_day date := (p_at AT TIME ZONE v_tz)::date;
+    v_fields text[] := regexp_split_to_array(btrim(p_cron), '\s+');
+    -- a wildcard minute or hour field (Vixie cron's MIN_STAR, HR_STAR)
+    v_wild boolean := lower(btrim(p_cron)) = '@hourly'
+                      OR (cardinality(v_fields) = 5
+                          AND (v_fields[1] LIKE '*%' OR v_fields[2] LIKE '*%'));
     d date;
+    v_start timestamptz;
+    v_end timestamptz;
+    v_offsets interval[];
     v_tick timestamptz;
     v_dom_ok boolean;
     v_dow_ok boolean;
@@ -187,15 +204,36 @@ BEGIN
         v_dow_ok := extract(dow FROM d)::int = ANY (c.weekdays);
         CONTINUE WHEN NOT CASE WHEN c.dom_star OR c.dow_star THEN v_dom_ok AND v_dow_ok
                                ELSE v_dom_ok OR v_dow_ok END;
+        -- a day whose clocks go back: the offsets before and after, whose
+        -- wall-clock times of the repeated hour are both ticks (v_wild)
+        v_offsets := NULL;
+        IF v_wild THEN
+            v_start := d::timestamp AT TIME ZONE v_tz;
+            v_end := (d + 1)::timestamp AT TIME ZONE v_tz;
+            IF v_end - v_start > interval '24 hours' THEN
+                v_offsets := ARRAY[(v_start AT TIME ZONE v_tz) - (v_start AT TIME ZONE 'UTC'),
+                                   (v_end AT TIME ZONE v_tz) - (v_end AT TIME ZONE 'UTC')];
+            END IF;
+        END IF;
         IF p_forward THEN
             SELECT min(t) INTO v_tick
               FROM (SELECT (d + make_time(h, m, 0)) AT TIME ZONE v_tz AS t
-                      FROM unnest(c.hours) h, unnest(c.minutes) m) x
+                      FROM unnest(c.hours) h, unnest(c.minutes) m
+                    UNION ALL
+                    SELECT ((d + make_time(h, m, 0)) - o) AT TIME ZONE 'UTC'
+                      FROM unnest(c.hours) h, unnest(c.minutes) m, unnest(v_offsets) o
+                     WHERE (((d + make_time(h, m, 0)) - o) AT TIME ZONE 'UTC') AT TIME ZONE v_tz
+                           = d + make_time(h, m, 0)) x
              WHERE t > p_at;
         ELSE
             SELECT max(t) INTO v_tick
               FROM (SELECT (d + make_time(h, m, 0)) AT TIME ZONE v_tz AS t
-                      FROM unnest(c.hours) h, unnest(c.minutes) m) x
+                      FROM unnest(c.hours) h, unnest(c.minutes) m
+                    UNION ALL
+                    SELECT ((d + make_time(h, m, 0)) - o) AT TIME ZONE 'UTC'
+                      FROM unnest(c.hours) h, unnest(c.minutes) m, unnest(v_offsets) o
+                     WHERE (((d + make_time(h, m, 0)) - o) AT TIME ZONE 'UTC') AT TIME ZONE v_tz
+                           = d + make_time(h, m, 0)) x
              WHERE t <= p_at;
         END IF;
         IF v_tick IS NOT NULL THEN
