@@ -291,10 +291,24 @@ SELECT queue.complete('fc', item_id, lease_token) AS completed FROM fc_head;
 SELECT payload->>'n' AS next FROM queue.dequeue('fc', 'w1');
 SELECT payload->>'n' AS waiting FROM queue.items WHERE queue_name = 'fc' AND state = 'queued';
 
+-- case: a queue switched from 'block' to 'continue' no longer has
+-- group_on_dead = 'block', so groups a dead head blocked move on at once
+-- (the dead letter stays as it is)
+SELECT queue.create_queue('fo', max_attempts => 1, group_on_dead => 'block');
+SELECT count(queue.enqueue('fo', jsonb_build_object('n', n), group_key => g)) AS enqueued
+  FROM (VALUES ('o1', 'g1'), ('o2', 'g1'), ('p1', 'g2'), ('p2', 'g2')) v(n, g);
+SELECT count(queue.fail('fo', item_id, lease_token, 'bad', permanent => true)) AS dead_heads
+  FROM queue.dequeue('fo', 'w1', 2);
+SELECT count(*) AS claimable_while_blocked FROM queue.dequeue('fo', 'w1', 10);
+SELECT queue.alter_queue('fo', group_on_dead => 'continue');
+SELECT string_agg(payload->>'n', ',' ORDER BY payload->>'n') AS moved_on FROM queue.dequeue('fo', 'w1', 10);
+SELECT count(*) AS dead_letters_untouched FROM queue.dead_letters
+ WHERE queue_name = 'fo' AND review_status = 'new';
+
 -- case: dropping a queue takes its groups and limits along
 SELECT count(*) FROM (SELECT queue.drop_queue(q, force => true)
                         FROM unnest(ARRAY['fg', 'fp', 'fr', 'fh', 'fd', 'fb', 'fx', 'fe', 'fl',
-                                          'fs', 'fq', 'fw', 'ft', 'fv', 'fk', 'fu', 'fa', 'fc']) q) d;
+                                          'fs', 'fq', 'fw', 'ft', 'fv', 'fk', 'fu', 'fa', 'fc', 'fo']) q) d;
 SELECT (SELECT count(*) FROM queue.flow_group) AS groups, (SELECT count(*) FROM queue.flow_limit) AS limits,
        (SELECT count(*) FROM queue.flow_claim) AS claims;
 DELETE FROM queue.worker_registry WHERE worker IN ('unlabelled', 'bot-x', 'w1', 'w2', 'wv', 'mainframe-bot');
