@@ -218,6 +218,8 @@ DECLARE
     c queue.queue_config;
     v_name text := queue._check_name(alter_queue.queue_name);
     v_old_window interval;
+    v_old_on_dead text;
+    v_group text;
 BEGIN
     -- a dedup_window set or lengthened takes the keys completed within it
     -- from the history (below): wait for the transactions using the queue,
@@ -233,6 +235,7 @@ BEGIN
                   HINT = format('Create it with queue.create_queue(%L).', v_name);
     END IF;
     v_old_window := c.dedup_window;
+    v_old_on_dead := c.group_on_dead;
     c.lease_timeout := coalesce(alter_queue.lease_timeout, c.lease_timeout);
     c.max_attempts := coalesce(alter_queue.max_attempts, c.max_attempts);
     c.backoff_base := coalesce(alter_queue.backoff_base, c.backoff_base);
@@ -280,6 +283,20 @@ BEGIN
         ON CONFLICT (queue_name, dedup_key) DO UPDATE
            SET item_id = excluded.item_id, completed_at = excluded.completed_at
          WHERE k.completed_at < excluded.completed_at;
+    END IF;
+    -- a queue that no longer has group_on_dead = 'block' lets the groups
+    -- a dead head blocked move on (their dead letters stay as they are),
+    -- locking the groups in the order commits lock them
+    IF v_old_on_dead = 'block' AND c.group_on_dead = 'continue' THEN
+        FOR v_group IN SELECT f.group_key FROM queue.flow_group f
+                        WHERE f.queue_name = v_name AND f.blocked_by IS NOT NULL
+                        ORDER BY f.group_key COLLATE "C" LOOP
+            UPDATE queue.flow_group f SET blocked_by = NULL
+             WHERE f.queue_name = v_name AND f.group_key = v_group AND f.blocked_by IS NOT NULL;
+            IF FOUND THEN
+                PERFORM queue._group_settle(v_name, v_group, NULL);
+            END IF;
+        END LOOP;
     END IF;
     -- without aging, items claim at the priority they were given
     IF c.priority_aging IS NULL THEN
