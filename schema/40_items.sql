@@ -270,6 +270,14 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     l record;
 BEGIN
+    -- every role may call it (the items view calls it as the reader),
+    -- so it answers only for a queue the caller may read
+    IF NOT queue._can_read(p_queue) THEN
+        RAISE EXCEPTION 'permission denied for queue "%"', p_queue
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'Only roles that may read the queue learn why its items wait.',
+                  HINT = format('An admin can run queue.grant_queue(%L, <role>, ''reader'').', p_queue);
+    END IF;
     IF p_group_wait THEN
         RETURN 'blocked_by_group';
     END IF;
