@@ -243,10 +243,21 @@ DECLARE
     v_purged bigint := 0;
     v_keep_outcomes interval;
     v_oldest_kept timestamptz;
+    v_counted timestamptz;
 BEGIN
     SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
     IF NOT FOUND THEN
         RETURN 0;
+    END IF;
+
+    -- What goes stays counted: prometheus()'s counters are running totals
+    -- that must never fall back.  Every row removed below is stamped
+    -- before now() - retention; when the totals have not counted that far
+    -- (no snapshot since), they count up to now first.
+    SELECT t.counted_until INTO v_counted FROM queue.metrics_totals t
+     WHERE t.queue_name = p_queue;
+    IF v_counted IS NULL OR v_counted < v_now - c.retention THEN
+        PERFORM queue._count_totals(p_queue, queue._open_since());
     END IF;
 
     -- Each batch is the oldest rows by the queue's time index: a plain
@@ -748,7 +759,9 @@ CREATE TABLE queue.metrics_totals (
     processed     bigint      NOT NULL,
     failed        bigint      NOT NULL,
     dead          jsonb       NOT NULL DEFAULT '{}',   -- by reason
-    counted_until timestamptz NOT NULL
+    counted_until timestamptz NOT NULL,
+    snap_processed bigint,                  -- processed and failed at the last snapshot
+    snap_failed   bigint
 );
 COMMENT ON TABLE queue.metrics_totals IS 'Cumulative processed, failed and dead counts per queue, kept by snapshot_metrics()';
 
@@ -779,6 +792,53 @@ CREATE FUNCTION queue._add_counts(a jsonb, b jsonb) RETURNS jsonb
 $$;
 COMMENT ON FUNCTION queue._add_counts(jsonb, jsonb) IS 'Sums two objects of counts by key';
 
+-- Advances a queue's running totals to p_bound: the first time everything
+-- stamped before it, then what was stamped since counted_until.
+-- snapshot_metrics calls it for every queue, and retention before it
+-- removes rows the totals may not have counted yet, so that the counters
+-- never fall back, whether or not snapshot_metrics runs.  NB: counted
+-- before the write, as values: under Citus a query in an INSERT or UPDATE
+-- of a distributed table would run inside the shard's statement, where it
+-- may not.
+CREATE FUNCTION queue._count_totals(p_queue text, p_bound timestamptz)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_until timestamptz;
+    v_processed bigint;
+    v_failed bigint;
+    v_dead jsonb;
+BEGIN
+    SELECT t.counted_until INTO v_until FROM queue.metrics_totals t
+     WHERE t.queue_name = p_queue FOR UPDATE;
+    IF NOT FOUND THEN
+        SELECT count(*) INTO v_processed FROM queue.item_done d
+         WHERE d.queue_name = p_queue AND d.completed_at < p_bound;
+        SELECT count(*) INTO v_failed FROM queue.failure_log f
+         WHERE f.queue_name = p_queue AND f.at < p_bound;
+        v_dead := queue._dead_by_reason(p_queue, '-infinity', p_bound);
+        INSERT INTO queue.metrics_totals AS t (queue_name, processed, failed, dead, counted_until)
+        VALUES (p_queue, v_processed, v_failed, v_dead, p_bound)
+        ON CONFLICT ON CONSTRAINT metrics_totals_pkey DO NOTHING;
+    ELSIF v_until < p_bound THEN
+        SELECT count(*) INTO v_processed FROM queue.item_done d
+         WHERE d.queue_name = p_queue AND d.completed_at >= v_until AND d.completed_at < p_bound;
+        SELECT count(*) INTO v_failed FROM queue.failure_log f
+         WHERE f.queue_name = p_queue AND f.at >= v_until AND f.at < p_bound;
+        v_dead := queue._dead_by_reason(p_queue, v_until, p_bound);
+        UPDATE queue.metrics_totals t
+           SET processed = t.processed + v_processed,
+               failed = t.failed + v_failed,
+               dead = queue._add_counts(t.dead, v_dead),
+               counted_until = p_bound
+         WHERE t.queue_name = p_queue;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION queue._count_totals(text, timestamptz)
+    IS 'Advances a queue''s running totals (processed, failed, dead by reason) to a bound';
+
 CREATE FUNCTION queue.snapshot_metrics()
 RETURNS int LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
@@ -791,16 +851,16 @@ DECLARE
     v_processed bigint;
     v_failed bigint;
     v_rows int := 0;
-    v_until timestamptz;
-    v_dead jsonb;
+    v_counted boolean;
+    t record;
     s record;
 BEGIN
     -- Counted totals must equal the rows.  History and failure rows are
     -- stamped inside their own transaction, at or after its start, so a
     -- row stamped before the oldest transaction still open is visible now
-    -- and no row with such a stamp can come later: each snapshot counts the
-    -- rows stamped in [previous bound, this bound).  A completion that
-    -- straddles a snapshot is counted by the next one.
+    -- and no row with such a stamp can come later: the totals count the
+    -- rows stamped before this bound (queue._count_totals).  A completion
+    -- that straddles a snapshot is counted by the next one.
     SELECT least(v_now, min(a.xact_start)) INTO v_bound
       FROM pg_catalog.pg_stat_activity a
      WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
@@ -811,18 +871,25 @@ BEGIN
     LOOP
         SELECT m.taken_at INTO v_prev FROM queue.metrics_history m
          WHERE m.queue_name = v_name ORDER BY m.taken_at DESC LIMIT 1;
-        -- what the previous snapshot counted up to
-        SELECT t.counted_until INTO v_until FROM queue.metrics_totals t
-         WHERE t.queue_name = v_name FOR UPDATE;
-        IF v_prev IS NULL OR v_until IS NULL THEN
+        -- the totals at the previous snapshot (snap_*), or before this
+        -- count when a row predates them; retention may have counted rows
+        -- since, and removed them
+        SELECT x.processed, x.failed, x.snap_processed, x.snap_failed INTO t
+          FROM queue.metrics_totals x WHERE x.queue_name = v_name FOR UPDATE;
+        v_counted := FOUND;
+        IF v_counted THEN
+            v_processed := coalesce(t.snap_processed, t.processed);
+            v_failed := coalesce(t.snap_failed, t.failed);
+        END IF;
+        PERFORM queue._count_totals(v_name, v_bound);
+        SELECT x.processed, x.failed INTO t FROM queue.metrics_totals x WHERE x.queue_name = v_name;
+        IF v_prev IS NULL OR NOT v_counted THEN
             -- a queue's first row has nothing to count from
             v_processed := NULL;
             v_failed := NULL;
         ELSE
-            SELECT count(*) INTO v_processed FROM queue.item_done d
-             WHERE d.queue_name = v_name AND d.completed_at >= v_until AND d.completed_at < v_bound;
-            SELECT count(*) INTO v_failed FROM queue.failure_log f
-             WHERE f.queue_name = v_name AND f.at >= v_until AND f.at < v_bound;
+            v_processed := t.processed - v_processed;
+            v_failed := t.failed - v_failed;
         END IF;
         SELECT * INTO s FROM queue._stats(v_name) x;
         INSERT INTO queue.metrics_history AS m
@@ -837,29 +904,10 @@ BEGIN
             CONTINUE;   -- this transaction took the snapshot already
         END IF;
         v_rows := v_rows + 1;
-
-        -- running totals: everything retained the first time, then what
-        -- was counted above.  NB: counted before the write, as values:
-        -- under Citus a query in an INSERT or UPDATE of a distributed table
-        -- would run inside the shard's statement, where it may not.
-        IF v_until IS NULL THEN
-            SELECT count(*) INTO v_processed FROM queue.item_done d
-             WHERE d.queue_name = v_name AND d.completed_at < v_bound;
-            SELECT count(*) INTO v_failed FROM queue.failure_log f
-             WHERE f.queue_name = v_name AND f.at < v_bound;
-            v_dead := queue._dead_by_reason(v_name, '-infinity', v_bound);
-            INSERT INTO queue.metrics_totals AS t (queue_name, processed, failed, dead, counted_until)
-            VALUES (v_name, v_processed, v_failed, v_dead, v_bound)
-            ON CONFLICT ON CONSTRAINT metrics_totals_pkey DO NOTHING;
-        ELSIF v_until < v_bound THEN
-            v_dead := queue._dead_by_reason(v_name, v_until, v_bound);
-            UPDATE queue.metrics_totals t
-               SET processed = t.processed + coalesce(v_processed, 0),
-                   failed = t.failed + coalesce(v_failed, 0),
-                   dead = queue._add_counts(t.dead, v_dead),
-                   counted_until = v_bound
-             WHERE t.queue_name = v_name;
-        END IF;
+        -- the next snapshot counts from here
+        UPDATE queue.metrics_totals x
+           SET snap_processed = t.processed, snap_failed = t.failed
+         WHERE x.queue_name = v_name;
     END LOOP;
     -- totals of dropped queues
     DELETE FROM queue.metrics_totals t

@@ -634,10 +634,10 @@ BEGIN
     END IF;
     processed := coalesce(t.processed, 0)
         + (SELECT count(*) FROM queue.item_done d
-            WHERE d.queue_name = p_queue AND d.completed_at > v_after);
+            WHERE d.queue_name = p_queue AND d.completed_at >= v_after);
     failed := coalesce(t.failed, 0)
         + (SELECT count(*) FROM queue.failure_log f
-            WHERE f.queue_name = p_queue AND f.at > v_after);
+            WHERE f.queue_name = p_queue AND f.at >= v_after);
     dead := queue._add_counts(coalesce(t.dead, '{}'),
                               queue._dead_by_reason(p_queue, v_after, 'infinity'));
     SELECT coalesce(jsonb_object_agg(x.kind, x.n), '{}') INTO alerts

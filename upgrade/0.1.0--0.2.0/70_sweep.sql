@@ -25,10 +25,21 @@ DECLARE
     v_purged bigint := 0;
     v_keep_outcomes interval;
     v_oldest_kept timestamptz;
+    v_counted timestamptz;
 BEGIN
     SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
     IF NOT FOUND THEN
         RETURN 0;
+    END IF;
+
+    -- What goes stays counted: prometheus()'s counters are running totals
+    -- that must never fall back.  Every row removed below is stamped
+    -- before now() - retention; when the totals have not counted that far
+    -- (no snapshot since), they count up to now first.
+    SELECT t.counted_until INTO v_counted FROM queue.metrics_totals t
+     WHERE t.queue_name = p_queue;
+    IF v_counted IS NULL OR v_counted < v_now - c.retention THEN
+        PERFORM queue._count_totals(p_queue, queue._open_since());
     END IF;
 
     -- Each batch is the oldest rows by the queue's time index: a plain
