@@ -37,6 +37,26 @@ SELECT queue._flow_waiting('hi_a', false, false, NULL, ARRAY['gpu']);
 SELECT queue._can_read('hi_a') AS can_read;
 RESET ROLE;
 
+-- case: within one transaction each call judges the role in effect then:
+-- after SET ROLE from the tenant to another, the helper refuses
+BEGIN;
+SET LOCAL ROLE regress_hi_a;
+SELECT queue._flow_waiting('hi_a', false, true, 'erp', NULL) AS waiting;
+SET LOCAL ROLE regress_hi_b;
+SELECT queue._flow_waiting('hi_a', false, true, 'erp', NULL);
+ROLLBACK;
+
+-- case: within one transaction, a grant taken back counts from the next call
+BEGIN;
+SET LOCAL ROLE regress_hi_a;
+SELECT queue._flow_waiting('hi_a', false, true, 'erp', NULL) AS waiting;
+RESET ROLE;
+SELECT queue.grant_queue('hi_a', 'regress_hi_b', 'reader');
+SELECT queue.revoke_queue('hi_a', 'regress_hi_a', 'reader');
+SET LOCAL ROLE regress_hi_a;
+SELECT queue._flow_waiting('hi_a', false, true, 'erp', NULL);
+ROLLBACK;
+
 -- case: an admin reads every queue
 SELECT queue._flow_waiting('hi_a', false, true, 'erp', NULL) AS waiting;
 
