@@ -194,10 +194,17 @@ queue_may_access_sql(PG_FUNCTION_ARGS)
  * tenant's dropped queue left.  The answer for the last queue asked is kept
  * for the rest of the query, since rows of one queue come in runs.
  */
-/* Last answer of _can_read within one query: views call it once per row. */
+/*
+ * Last answer of _can_read within one command: views call it once per row.
+ * The answer is for one caller and one command: a PL/pgSQL expression keeps
+ * its function call state for the whole transaction, across SET ROLE and
+ * grant_queue / revoke_queue (which advance the command counter).
+ */
 typedef struct CanReadMemo
 {
 	char		queue_name[NAMEDATALEN];
+	Oid			caller;
+	CommandId	command;
 	bool		result;
 } CanReadMemo;
 
@@ -216,7 +223,9 @@ queue_can_read_sql(PG_FUNCTION_ARGS)
 	if (PG_ARGISNULL(0))
 		PG_RETURN_BOOL(true);
 	name = TextDatumGetCString(PG_GETARG_DATUM(0));
-	if (memo != NULL && strncmp(memo->queue_name, name, NAMEDATALEN) == 0)
+	if (memo != NULL && strncmp(memo->queue_name, name, NAMEDATALEN) == 0 &&
+		memo->caller == GetOuterUserId() &&
+		memo->command == GetCurrentCommandId(false))
 		PG_RETURN_BOOL(memo->result);
 
 	values[0] = PG_GETARG_DATUM(0);
@@ -242,6 +251,8 @@ queue_can_read_sql(PG_FUNCTION_ARGS)
 			memo = fcinfo->flinfo->fn_extra =
 				MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(CanReadMemo));
 		strlcpy(memo->queue_name, name, NAMEDATALEN);
+		memo->caller = GetOuterUserId();
+		memo->command = GetCurrentCommandId(false);
 		memo->result = result;
 	}
 	PG_RETURN_BOOL(result);
