@@ -11,7 +11,7 @@ SELECT queue.grant_queue('hi_a', 'regress_hi_a', 'reader');
 SELECT queue.set_limit('hi_a', 'erp', max_in_flight => 1);
 SELECT queue.enqueue('hi_a', '{"n": 1}', limit_key => 'erp') > 0 AS enqueued;
 SELECT queue.enqueue('hi_a', '{"n": 2}', limit_key => 'erp') > 0 AS enqueued;
-SELECT queue.enqueue('hi_a', '{"n": 3}', requires => ARRAY['gpu']) > 0 AS enqueued;
+SELECT queue.enqueue('hi_a', '{"n": 3}', requires => ARRAY['hi_no_such_label']) > 0 AS enqueued;
 SELECT count(*) AS claimed FROM queue.dequeue('hi_a', 'hi-w');
 
 -- case: the helpers every role may execute
@@ -33,7 +33,7 @@ RESET ROLE;
 SET ROLE regress_hi_b;
 SELECT count(*) AS items_seen FROM queue.items WHERE queue_name = 'hi_a';
 SELECT queue._flow_waiting('hi_a', false, true, 'erp', NULL);
-SELECT queue._flow_waiting('hi_a', false, false, NULL, ARRAY['gpu']);
+SELECT queue._flow_waiting('hi_a', false, false, NULL, ARRAY['hi_no_such_label']);
 SELECT queue._can_read('hi_a') AS can_read;
 RESET ROLE;
 
