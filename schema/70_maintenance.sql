@@ -705,7 +705,10 @@ COMMENT ON FUNCTION queue.sweep(text)
 -- queues: what it locked in one queue (items it recovered or buried, the
 -- queue's lock and settings row) is free again while it sweeps the next.
 -- It runs as its caller (a procedure that commits may not be SECURITY
--- DEFINER); what it calls is.  CALL it outside a transaction block.
+-- DEFINER, nor pin search_path); what it calls is.  So that it runs only
+-- the extension's code whatever the caller's search_path, its functions
+-- and operators are named with their schema.  CALL it outside a
+-- transaction block.
 CREATE PROCEDURE queue.run_sweep()
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -735,7 +738,7 @@ BEGIN
                 v_n := 0;
             END;
             COMMIT;
-            EXIT WHEN v_n = 0;
+            EXIT WHEN v_n OPERATOR(pg_catalog.=) 0;
         END LOOP;
     END LOOP;
     PERFORM queue.sweep_dropped();

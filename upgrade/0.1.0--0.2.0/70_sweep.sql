@@ -485,7 +485,7 @@ BEGIN
                 v_n := 0;
             END;
             COMMIT;
-            EXIT WHEN v_n = 0;
+            EXIT WHEN v_n OPERATOR(pg_catalog.=) 0;
         END LOOP;
     END LOOP;
     PERFORM queue.sweep_dropped();
