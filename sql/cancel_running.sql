@@ -158,5 +158,19 @@ SELECT (SELECT count(*) FROM queue.items WHERE queue_name = 'c_run') AS live,
        (SELECT count(*) FROM queue.history WHERE queue_name = 'c_run') AS processed,
        (SELECT string_agg(reason, ',' ORDER BY item_id) FROM queue.dead_letters WHERE queue_name = 'c_run') AS dead;
 
+
+-- case: under audit 'all' too, the completion that overtook a cancel
+-- request says so, through complete and complete_batch alike
+SELECT queue.create_queue('c_run_all', audit => 'all');
+SELECT count(queue.enqueue('c_run_all', jsonb_build_object('n', n))) FROM generate_series(1, 2) n;
+SELECT min(item_id) AS a_one, min(lease_token) AS a_one_t, max(item_id) AS a_batch, max(lease_token) AS a_batch_t
+  FROM queue.dequeue('c_run_all', 'bot-1', 2) \gset
+SELECT queue.cancel('c_run_all', :a_one, 'late') AS requested, queue.cancel('c_run_all', :a_batch, 'late') AS requested;
+SELECT queue.complete('c_run_all', :a_one, :a_one_t) AS completed;
+SELECT queue.complete_batch('c_run_all', ARRAY[:a_batch], ARRAY[:a_batch_t]) AS completed;
+SELECT item_id = :a_batch AS by_batch, kind, details->>'cancel_requested' AS cancel_requested
+  FROM queue.events WHERE queue_name = 'c_run_all' AND kind = 'completed' ORDER BY item_id;
+SELECT queue.drop_queue('c_run_all', force => true);
+
 SELECT queue.drop_queue('c_run', force => true);
 DROP ROLE regress_c_admin;
