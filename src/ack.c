@@ -134,11 +134,15 @@ static SPIPlanPtr cancel_end_plan = NULL;
 	"ON CONFLICT (queue_name, dedup_key) DO UPDATE " \
 	"   SET item_id = EXCLUDED.item_id, completed_at = EXCLUDED.completed_at"
 
+/* a completion that overtook a cancel request says so, as log_completion's */
 #define COMPLETED_EVENTS_SQL \
-	"INSERT INTO queue.events (queue_name, item_id, kind, worker, attempt) " \
-	"SELECT $1, u.i, 'completed', u.w, u.a " \
+	"INSERT INTO queue.events (queue_name, item_id, kind, worker, attempt, details) " \
+	"SELECT $1, u.i, 'completed', u.w, u.a, " \
+	"       CASE WHEN u.c THEN '{\"cancel_requested\": true}'::pg_catalog.jsonb " \
+	"            ELSE '{}'::pg_catalog.jsonb END " \
 	"  FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.int8[]), pg_catalog.unnest($3::pg_catalog.text[]), " \
-	"                  pg_catalog.unnest($4::pg_catalog.int4[])) AS u(i, w, a)"
+	"                  pg_catalog.unnest($4::pg_catalog.int4[]), " \
+	"                  pg_catalog.unnest($5::pg_catalog.bool[])) AS u(i, w, a, c)"
 
 #define FAIL_LOCK_SQL_WITH(lost_counted) \
 	"SELECT attempt, max_attempts, worker, lease_token" OP("<") "0 AS cancel_requested, " \
@@ -739,6 +743,7 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 		bool	   *worker_nulls = palloc(sizeof(bool) * ndone);
 		Datum	   *attempts = palloc(sizeof(Datum) * ndone);
 		bool	   *attempt_nulls = palloc(sizeof(bool) * ndone);
+		Datum	   *cancels = palloc(sizeof(Datum) * ndone);
 		int			dims[1] = {ndone};
 		int			lbs[1] = {1};
 		bool		isnull;
@@ -750,6 +755,9 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 			keys[r] = SPI_getbinval(done_rows[r], done_desc, 2, &key_nulls[r]);
 			attempts[r] = SPI_getbinval(done_rows[r], done_desc, 3, &attempt_nulls[r]);
 			workers[r] = SPI_getbinval(done_rows[r], done_desc, 4, &worker_nulls[r]);
+			cancels[r] = SPI_getbinval(done_rows[r], done_desc, 5, &isnull);
+			if (isnull)
+				cancels[r] = BoolGetDatum(false);
 		}
 		if (cfg.has_dedup_window)
 		{
@@ -766,8 +774,8 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 		}
 		if (cfg.audit == 'a')
 		{
-			Oid			et[4] = {TEXTOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID};
-			Datum		ev[4];
+			Oid			et[5] = {TEXTOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID, BOOLARRAYOID};
+			Datum		ev[5];
 
 			ev[0] = values[0];
 			ev[1] = PointerGetDatum(construct_array(done_ids, ndone, INT8OID, 8,
@@ -776,7 +784,9 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 													   TEXTOID, -1, false, TYPALIGN_INT));
 			ev[3] = PointerGetDatum(construct_md_array(attempts, attempt_nulls, 1, dims, lbs,
 													   INT4OID, 4, true, TYPALIGN_INT));
-			queue_spi_exec(queue_prepare_cached(&completed_events_plan, COMPLETED_EVENTS_SQL, 4, et),
+			ev[4] = PointerGetDatum(construct_array(cancels, ndone, BOOLOID, 1, true,
+													TYPALIGN_CHAR));
+			queue_spi_exec(queue_prepare_cached(&completed_events_plan, COMPLETED_EVENTS_SQL, 5, et),
 						   ev, NULL, false, 0, SPI_OK_INSERT, "recording events");
 		}
 		for (int r = 0; r < ndone; r++)
