@@ -139,7 +139,40 @@ SELECT dedup_key, item_id = :le AS completed_id FROM queue.dedup_done WHERE queu
 SELECT queue.enqueue('q_longer_window', '{"l": "e again"}', dedup_key => 'e') = :le AS in_longer_window;
 SELECT count(*) AS live FROM queue.items WHERE queue_name = 'q_longer_window';
 
+-- case: an item past its expires_at is never handed out, so its key holds
+-- nothing: enqueue, enqueue_batch and replay make it the dead letter
+-- (expired) that the next dequeue or sweep would make, and add the new
+-- item; a processing item past expires_at still finishes first and keeps
+-- its key
+SELECT queue.create_queue('q_expired_key');
+SELECT queue.enqueue('q_expired_key', '{"x": 1}', dedup_key => 'one') AS x1,
+       queue.enqueue('q_expired_key', '{"x": 2}', dedup_key => 'two') AS x2,
+       queue.enqueue('q_expired_key', '{"x": 3}', dedup_key => 'three') AS x3,
+       queue.enqueue('q_expired_key', '{"x": 4}', dedup_key => 'four', priority => 0) AS x4 \gset
+SELECT queue.cancel('q_expired_key', :x3) AS cancelled;
+SELECT queue.enqueue('q_expired_key', '{"x": "3 again"}', dedup_key => 'three') AS x3_holder \gset
+SELECT item_id = :x4 AS claimed_x4, lease_token AS x4_token
+  FROM queue.dequeue('q_expired_key', 'w1') \gset
+SELECT :'claimed_x4' AS claimed_x4;
+UPDATE queue.item_live SET expires_at = now() - interval '1 s'
+ WHERE queue_name = 'q_expired_key' AND item_id IN (:x1, :x2, :x3_holder, :x4);
+SELECT queue.enqueue('q_expired_key', '{"x": "1 again"}', dedup_key => 'one') AS x1_new \gset
+SELECT :x1_new <> :x1 AS enqueue_new_item;
+SELECT array_agg(id) AS batch_ids FROM queue.enqueue_batch('q_expired_key',
+       ARRAY['{"x": "2 again"}', '{"x": "2 twice"}']::jsonb[], dedup_keys => ARRAY['two', 'two']) id \gset
+SELECT (:'batch_ids'::bigint[])[1] <> :x2 AS batch_new_item,
+       (:'batch_ids'::bigint[])[1] = (:'batch_ids'::bigint[])[2] AS first_id_twice;
+SELECT queue.replay('q_expired_key', :x3) AS x3_replayed \gset
+SELECT :x3_replayed <> :x3_holder AS replay_new_item;
+SELECT queue.enqueue('q_expired_key', '{"x": "4 again"}', dedup_key => 'four') = :x4 AS processing_keeps_key;
+SELECT item_id = :x1 AS x1, item_id = :x2 AS x2, item_id = :x3_holder AS x3_holder, reason
+  FROM queue.dead_letters WHERE queue_name = 'q_expired_key' AND reason = 'expired' ORDER BY item_id;
+SELECT dedup_key, count(*) AS live FROM queue.items WHERE queue_name = 'q_expired_key'
+ GROUP BY dedup_key ORDER BY dedup_key;
+SELECT queue.complete('q_expired_key', :x4, :x4_token) AS late_complete_of_processing;
+
 SELECT queue.drop_queue('q_longer_window', force => true);
+SELECT queue.drop_queue('q_expired_key', force => true);
 SELECT queue.drop_queue('q_late_window', force => true);
 SELECT queue.drop_queue('q_short_window', force => true);
 SELECT queue.drop_queue('q_window', force => true);
