@@ -40,7 +40,10 @@ BEGIN
     -- group becomes the head
     -- NB: a live item holding the key stands for the replay; if it ends
     -- (completes, dies) between the INSERT and the lookup, the key is free
-    -- and the INSERT is tried again
+    -- and the INSERT is tried again.  A holder past its expires_at (not
+    -- under a current lease) is never handed out: it becomes the dead
+    -- letter (expired) that dequeue or sweep would make, and the INSERT is
+    -- tried again.
     FOR v_try IN 1..3 LOOP
         INSERT INTO queue.item_live AS i (queue_name, priority, visible_at, base_priority, run_at,
                                           max_attempts, expires_at, dedup_key, correlation_id,
@@ -53,6 +56,16 @@ BEGIN
         ON CONFLICT (queue_name, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
         RETURNING i.item_id INTO v_new;
         EXIT WHEN v_new IS NOT NULL;
+        SELECT i.item_id INTO v_new FROM queue.item_live i
+         WHERE i.queue_name = v_name AND i.dedup_key = x.dedup_key
+           AND i.expires_at <= statement_timestamp()
+           AND NOT (i.lease_token IS NOT NULL AND i.lease_expires_at > statement_timestamp())
+           FOR UPDATE;
+        IF v_new IS NOT NULL THEN
+            PERFORM queue._bury(v_name, v_new, 'expired', NULL, NULL);
+            v_new := NULL;
+            CONTINUE;
+        END IF;
         SELECT i.item_id INTO v_new FROM queue.item_live i
          WHERE i.queue_name = v_name AND i.dedup_key = x.dedup_key;
         IF v_new IS NOT NULL THEN

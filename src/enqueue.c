@@ -14,6 +14,12 @@
  * while the INSERT waited on the row it deleted (an item inserted so is
  * taken back and the completed one's id returned).
  *
+ * An item past its expires_at is never handed out (the next dequeue or
+ * sweep that meets it makes it a dead letter), so its key holds nothing:
+ * a producer that meets such a holder makes it that dead letter (expired)
+ * itself and inserts.  A processing item past expires_at finishes first,
+ * and keeps its key meanwhile.
+ *
  * With the queue's notify on, NOTIFY queue_<name> is sent with an empty
  * payload when the transaction commits, once per queue however many items
  * it adds (notify.c).
@@ -58,6 +64,7 @@ static SPIPlanPtr batch_holder_plan = NULL;
 static SPIPlanPtr batch_window_plan = NULL;
 static SPIPlanPtr batch_event_plan = NULL;
 static SPIPlanPtr undo_plan = NULL;
+static SPIPlanPtr expired_holders_plan = NULL;
 
 /*
  * Without a dedup key the insert cannot conflict: it skips ON CONFLICT and
@@ -89,8 +96,14 @@ static SPIPlanPtr undo_plan = NULL;
 	ON_CONFLICT_SQL \
 	"RETURNING item_id"
 
+/* an expired holder: see EXPIRED_HOLDERS_SQL */
 #define HOLDER_SQL \
-	"SELECT item_id FROM queue.item_live " \
+	"SELECT item_id, " \
+	"       coalesce(expires_at" OP("<=") "pg_catalog.statement_timestamp() " \
+	"                AND NOT (lease_token IS NOT NULL " \
+	"                         AND lease_expires_at" OP(">") "pg_catalog.statement_timestamp()), " \
+	"                false) " \
+	"  FROM queue.item_live " \
 	" WHERE queue_name" OP("=") "$1 AND dedup_key" OP("=") "$2"
 
 #define WINDOW_SQL \
@@ -152,6 +165,21 @@ static SPIPlanPtr undo_plan = NULL;
 	"SELECT dedup_key, item_id FROM queue.dedup_done " \
 	" WHERE queue_name" OP("=") "$1 AND dedup_key" OP("=") "ANY ($2) " \
 	"   AND completed_at" OP(">") "(pg_catalog.now()" OP("-") "$3)"
+
+/*
+ * The holders of these keys that are past their expires_at and not under
+ * a current lease, locked, made dead letters (expired) as dequeue and sweep
+ * make them; one row per holder buried.
+ */
+#define EXPIRED_HOLDERS_SQL \
+	"WITH h AS MATERIALIZED (" \
+	"  SELECT item_id FROM queue.item_live " \
+	"   WHERE queue_name" OP("=") "$1 AND dedup_key" OP("=") "ANY ($2) " \
+	"     AND expires_at" OP("<=") "pg_catalog.statement_timestamp() " \
+	"     AND NOT (lease_token IS NOT NULL " \
+	"              AND lease_expires_at" OP(">") "pg_catalog.statement_timestamp()) " \
+	"   ORDER BY item_id FOR UPDATE) " \
+	"SELECT queue._bury($1, h.item_id, 'expired', NULL, NULL) FROM h"
 
 /* Items just inserted whose key turned out to be completed in the window. */
 #define UNDO_SQL \
@@ -306,6 +334,26 @@ window_holder(const char *queue_name, Datum key, const QueueConfig *cfg, int64 *
 }
 
 /*
+ * Make dead letters (expired) of the holders of these keys that are past
+ * their expires_at (see the header).  Returns how many; their keys are
+ * free for this transaction's next insert.  Inside the SPI connection.
+ */
+static int
+bury_expired_holders(Datum qname, Datum *keys, int nkeys)
+{
+	Oid			types[2] = {TEXTOID, TEXTARRAYOID};
+	Datum		values[2];
+
+	if (nkeys == 0)
+		return 0;
+	values[0] = qname;
+	values[1] = PointerGetDatum(construct_array(keys, nkeys, TEXTOID, -1, false, TYPALIGN_INT));
+	queue_spi_exec(queue_prepare_cached(&expired_holders_plan, EXPIRED_HOLDERS_SQL, 2, types),
+				   values, NULL, false, 0, SPI_OK_SELECT, "dead-lettering expired holders");
+	return (int) SPI_processed;
+}
+
+/*
  * Take back items this call just inserted (their keys were completed within
  * the dedup window after all).  Inside the SPI connection.
  */
@@ -457,9 +505,15 @@ queue_enqueue(PG_FUNCTION_ARGS)
 					   hvalues, NULL, false, 1, SPI_OK_SELECT, "dedup lookup");
 		if (SPI_processed == 1)
 		{
+			bool		expired = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+															 SPI_tuptable->tupdesc, 2, &isnull));
+
 			item_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 												  SPI_tuptable->tupdesc, 1, &isnull));
 			found = true;
+			/* a holder past expires_at holds nothing: bury it, insert again */
+			if (expired && bury_expired_holders(values[0], &values[5], 1) > 0)
+				found = false;
 		}
 		/* else the holder finished between the two statements: try again */
 		CHECK_FOR_INTERRUPTS();
@@ -860,10 +914,14 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 			 * Insert the pending positions; a position whose key a live item
 			 * holds takes the holder's id (the holder is locked by the
 			 * insert, see BATCH_ON_CONFLICT_SQL, so it is still there).
+			 * Holders past expires_at are buried and their positions
+			 * inserted by the next round.
 			 */
+			for (int round = 0;; round++)
 			{
 				int			npending = 0;
 				int			nthis;
+				bool		again = false;
 
 				for (int i = 0; i < n; i++)
 				{
@@ -876,7 +934,7 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 				queue_spi_exec(plan, ivalues, inulls, false, 0, SPI_OK_INSERT_RETURNING,
 							   "inserting items");
 				nthis = (int) SPI_processed;
-				ninserted = nthis;
+				ninserted += nthis;
 
 				if (nthis == npending)
 				{
@@ -885,6 +943,7 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 						{
 							ids[i] = DatumGetInt64(new_ids[i]);
 							to_insert[i] = true;
+							pending[i] = false;
 						}
 				}
 				else
@@ -919,16 +978,27 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 						{
 							ids[i] = id;
 							to_insert[i] = true;
+							pending[i] = false;
 						}
 						else if (!key_nulls[i])
 							held_keys[nheld++] = keys[i];
 					}
 					hash_destroy(went_in);
-					kvalues[1] = PointerGetDatum(construct_array(held_keys, nheld, TEXTOID, -1,
-																 false, TYPALIGN_INT));
-					resolve_keys(queue_prepare_cached(&batch_holder_plan, BATCH_HOLDER_SQL, 2, ktypes),
-								 kvalues, n, keys, key_nulls, ids);
+
+					/* a holder past expires_at holds nothing: insert again */
+					if (round < DEDUP_RETRIES &&
+						bury_expired_holders(kvalues[0], held_keys, nheld) > 0)
+						again = true;
+					else
+					{
+						kvalues[1] = PointerGetDatum(construct_array(held_keys, nheld, TEXTOID, -1,
+																	 false, TYPALIGN_INT));
+						resolve_keys(queue_prepare_cached(&batch_holder_plan, BATCH_HOLDER_SQL, 2, ktypes),
+									 kvalues, n, keys, key_nulls, ids);
+					}
 				}
+				if (again)
+					continue;
 				for (int i = 0; i < n; i++)
 				{
 					if (first != NULL && first[i] >= 0)
@@ -937,6 +1007,7 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 						elog(ERROR, "queue: no item for position %d of the batch on queue \"%s\"",
 							 i + 1, queue_name);
 				}
+				break;
 			}
 		}
 
