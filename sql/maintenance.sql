@@ -70,6 +70,28 @@ SELECT aged FROM queue.sweep() WHERE queue_name = 'm_age';
 SELECT ordinality, payload->>'k' AS k
   FROM queue.dequeue('m_age', 'w1', batch_size => 4) WITH ORDINALITY;
 
+-- case: an item whose lease ran out became claimable again at the lease's
+-- end: its waited starts there, not at its first enqueue, so it does not
+-- keep the priority it had aged to before its claim
+SELECT queue.create_queue('m_age_lost', priority_aging => '10 min');
+SELECT queue.enqueue('m_age_lost', '{"k": "p5 waited 35 min, then lost its lease"}', priority => 5) AS l5 \gset
+UPDATE queue.item_live
+   SET enqueued_at = enqueued_at - interval '35 min', run_at = run_at - interval '35 min',
+       visible_at = visible_at - interval '35 min'
+ WHERE queue_name = 'm_age_lost' AND item_id = :l5;
+SELECT aged FROM queue.sweep() WHERE queue_name = 'm_age_lost';
+SELECT effective_priority AS aged_before_claim FROM queue.items WHERE item_id = :l5;
+SELECT count(*) AS claimed FROM queue.dequeue('m_age_lost', 'w1');
+UPDATE queue.item_live SET lease_expires_at = now() - interval '1 s', visible_at = now() - interval '1 s'
+ WHERE queue_name = 'm_age_lost' AND item_id = :l5;
+SELECT queue.enqueue('m_age_lost', '{"k": "p4 fresh"}', priority => 4) AS l4 \gset
+SELECT recovered FROM queue.sweep() WHERE queue_name = 'm_age_lost';
+SELECT payload->>'k' AS k, state, priority, effective_priority FROM queue.items
+ WHERE queue_name = 'm_age_lost' ORDER BY item_id;
+SELECT ordinality, payload->>'k' AS k, attempt
+  FROM queue.dequeue('m_age_lost', 'w1', batch_size => 2) WITH ORDINALITY;
+SELECT queue.drop_queue('m_age_lost', force => true);
+
 -- case: retention purges processed history, reviewed dead letters, events,
 -- failures, dedup keys past the window, cleared alerts and old metrics
 SELECT queue.enqueue('m_ret', '{"k": "old"}', dedup_key => 'k-old') AS r_old \gset
