@@ -102,7 +102,7 @@ static const char *const claim_col_names[NUM_CLAIM_COLS] = {
 
 /* the columns a claim writes (write_lease) */
 static const ClaimCol lease_cols[] = {
-	COL_VISIBLE_AT, COL_ATTEMPT, COL_LEASE_TOKEN, COL_LEASE_EXPIRES_AT, COL_WORKER,
+	COL_PRIORITY, COL_VISIBLE_AT, COL_ATTEMPT, COL_LEASE_TOKEN, COL_LEASE_EXPIRES_AT, COL_WORKER,
 	COL_CLAIMED_AT, COL_CAP_STRIPE, COL_LEASE_SESSION, COL_LOST_COUNTED
 };
 
@@ -272,6 +272,8 @@ write_lease(Relation rel, Bitmapset *updated, Snapshot snapshot,
 	SETCOL(COL_LEASE_SESSION, session, false);
 	SETCOL(COL_LOST_COUNTED, BoolGetDatum(false), false);
 	SETCOL(COL_LEASE_EXPIRES_AT, lease_end, false);
+	/* priority aging's wait ends with the claim (dequeue.c); below the band */
+	SETCOL(COL_PRIORITY, COLVAL(newslot, COL_BASE_PRIORITY), COLNULL(newslot, COL_BASE_PRIORITY));
 	SETCOL(COL_VISIBLE_AT, lease_end, false);
 #undef SETCOL
 	ExecStoreVirtualTuple(newslot);

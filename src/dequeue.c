@@ -155,6 +155,15 @@ static SPIPlanPtr peek_lane_plan = NULL;
  */
 /* (the kinds, CLAIM_ROW_*, are in queue.h: the Citus form returns them too) */
 
+/*
+ * A claim ends the wait that priority aging measured: the item's effective
+ * priority goes back to its own (its band kept, flow.c), so that a lease
+ * that runs out makes it claimable again with its waited counted from the
+ * lease's end, not from its first enqueue.
+ */
+#define CLAIM_PRIORITY_SET \
+	"         priority = i.base_priority" OP("+") "((i.priority" OP("/") FLOW_BAND ")" OP("*") FLOW_BAND "), "
+
 #define CLAIM_SQL_WITH(start, lost, extra_set) \
 	"WITH cand AS MATERIALIZED (" \
 	"  SELECT i.item_id, i.ctid AS tid, i.priority AS prio, i.visible_at AS since, " \
@@ -174,6 +183,7 @@ static SPIPlanPtr peek_lane_plan = NULL;
 	"     SET attempt = i.attempt" OP("+") "1, " \
 	"         lease_token = pg_catalog.nextval('queue.lease_token_seq'::pg_catalog.regclass), " \
 	"         worker = $3, claimed_at = pg_catalog.statement_timestamp(), cap_stripe = $5, " \
+	CLAIM_PRIORITY_SET \
 	extra_set \
 	"         lease_expires_at = pg_catalog.statement_timestamp()" OP("+") "$4, " \
 	"         visible_at = pg_catalog.statement_timestamp()" OP("+") "$4, " \

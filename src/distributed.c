@@ -159,6 +159,7 @@ queue_claim_token(void)
 	"  UPDATE queue.item_live i " \
 	"     SET attempt = i.attempt" OP("+") "1, lease_token = $8, " \
 	"         worker = $3, claimed_at = pg_catalog.statement_timestamp(), cap_stripe = $5, " \
+	"         priority = i.base_priority" OP("+") "((i.priority" OP("/") FLOW_BAND ")" OP("*") FLOW_BAND "), " \
 	"         lease_session = queue._session_key(), lost_counted = false, " \
 	"         lease_expires_at = pg_catalog.statement_timestamp()" OP("+") "$4, " \
 	"         visible_at = pg_catalog.statement_timestamp()" OP("+") "$4, " \
