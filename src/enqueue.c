@@ -511,9 +511,15 @@ queue_enqueue(PG_FUNCTION_ARGS)
 			item_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 												  SPI_tuptable->tupdesc, 1, &isnull));
 			found = true;
-			/* a holder past expires_at holds nothing: bury it, insert again */
-			if (expired && bury_expired_holders(values[0], &values[5], 1) > 0)
+			/*
+			 * A holder past expires_at holds nothing: bury it and insert
+			 * again (also when another session buried it first).
+			 */
+			if (expired)
+			{
+				(void) bury_expired_holders(values[0], &values[5], 1);
 				found = false;
+			}
 		}
 		/* else the holder finished between the two statements: try again */
 		CHECK_FOR_INTERRUPTS();
