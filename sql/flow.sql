@@ -249,6 +249,10 @@ SELECT take('fv', 'wv');
 SELECT payload->>'n' AS n, state, group_key, limit_key, requires, waiting, effective_priority
   FROM queue.items WHERE queue_name = 'fv' ORDER BY item_id;
 SELECT queued, scheduled, processing, on_hold FROM queue.stats('fv');
+-- item() gives each item the state items gives it
+SELECT i.payload->>'n' AS n, i.state AS items_state, x.state AS item_state
+  FROM queue.items i, LATERAL queue.item('fv', i.item_id) x
+ WHERE i.queue_name = 'fv' AND x.state IS DISTINCT FROM i.state ORDER BY i.item_id;
 
 -- case: items that need labels no active worker has show in health and
 -- raise the unroutable alert once they waited past the sla (5 min without)
