@@ -355,8 +355,12 @@ BEGIN
         RAISE EXCEPTION 'item_id must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     PERFORM queue._check_access(v_name, 'reader');
+    -- the state the items view gives (a group member waiting behind its
+    -- head is queued)
     RETURN QUERY
-    SELECT queue._live_state(i.on_hold, i.lease_token, i.lease_expires_at, i.visible_at),
+    SELECT CASE WHEN i.group_wait AND NOT i.on_hold THEN 'queued'
+                ELSE queue._live_state(i.on_hold, i.lease_token, i.lease_expires_at, i.visible_at)
+           END,
            i.base_priority, i.attempt, i.max_attempts, i.payload,
            i.progress, NULL::jsonb, i.worker, i.enqueued_at, i.run_at,
            CASE WHEN i.lease_token IS NOT NULL THEN i.lease_expires_at END,
