@@ -90,6 +90,21 @@ SELECT payload->>'k' AS k, state, priority, effective_priority FROM queue.items
  WHERE queue_name = 'm_age_lost' ORDER BY item_id;
 SELECT ordinality, payload->>'k' AS k, attempt
   FROM queue.dequeue('m_age_lost', 'w1', batch_size => 2) WITH ORDINALITY;
+-- ... and so does an item put on hold and back: claimable again from the
+-- unhold, it waits from there
+SELECT queue.enqueue('m_age_lost', '{"k": "p5 waited 35 min, then held"}', priority => 5) AS h5 \gset
+UPDATE queue.item_live
+   SET enqueued_at = enqueued_at - interval '35 min', run_at = run_at - interval '35 min',
+       visible_at = visible_at - interval '35 min'
+ WHERE queue_name = 'm_age_lost' AND item_id = :h5;
+SELECT aged FROM queue.sweep() WHERE queue_name = 'm_age_lost';
+SELECT queue.hold('m_age_lost', :h5) AS held, queue.unhold('m_age_lost', :h5) AS unheld;
+SELECT queue.enqueue('m_age_lost', '{"k": "p4 fresh"}', priority => 4) AS h4 \gset
+SELECT aged FROM queue.sweep() WHERE queue_name = 'm_age_lost';
+SELECT payload->>'k' AS k, state, priority, effective_priority FROM queue.items
+ WHERE queue_name = 'm_age_lost' AND state = 'queued' ORDER BY item_id;
+SELECT ordinality, payload->>'k' AS k
+  FROM queue.dequeue('m_age_lost', 'w1', batch_size => 2) WITH ORDINALITY;
 SELECT queue.drop_queue('m_age_lost', force => true);
 
 -- case: retention purges processed history, reviewed dead letters, events,
