@@ -161,7 +161,10 @@ BEGIN
        SET on_hold = false, hold_reason = NULL,
            visible_at = CASE WHEN i.group_wait THEN queue._flow_parked()   -- still behind its head
                              ELSE greatest(i.run_at, v_now) END,
-           run_at = greatest(i.run_at, v_now)
+           run_at = greatest(i.run_at, v_now),
+           -- claimable again from now: priority aging's wait starts over
+           -- (a limited key's band is kept, 45_flow.sql)
+           priority = i.base_priority
      WHERE i.queue_name = v_name AND i.item_id = unhold.item_id AND i.on_hold;
     IF NOT FOUND THEN
         RETURN false;
