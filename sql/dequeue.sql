@@ -140,6 +140,29 @@ SELECT count(*) AS claimed FROM queue.dequeue('q_cap', 'w1', batch_size => 5);
 SELECT count(*) AS claimed FROM queue.dequeue('q_cap', 'w2');
 SELECT state, count(*) FROM queue.items WHERE queue_name = 'q_cap' GROUP BY state ORDER BY state;
 
+-- case: a bot that claims and completes in one transaction: the history
+-- never says it finished before it was claimed (its run time is not
+-- negative), through complete (a plain item, and a grouped one, by
+-- statement) and complete_batch alike
+SELECT queue.create_queue('q_one_tx');
+SELECT count(*) FROM (SELECT queue.enqueue('q_one_tx', jsonb_build_object('n', n),
+                                           group_key => CASE WHEN n = 2 THEN 'g' END)
+                        FROM generate_series(1, 3) n) e;
+BEGIN;
+SELECT pg_sleep(0.05);
+CREATE TEMP TABLE one_tx AS SELECT item_id, lease_token, payload->>'n' AS n
+  FROM queue.dequeue('q_one_tx', 'w1', batch_size => 3);
+SELECT pg_sleep(0.05);
+SELECT queue.complete('q_one_tx', item_id, lease_token) FROM one_tx WHERE n IN ('1', '2');
+SELECT queue.complete_batch('q_one_tx', array_agg(item_id), array_agg(lease_token)) FROM one_tx WHERE n = '3';
+COMMIT;
+SELECT payload->>'n' AS n, completed_at >= claimed_at AS ordered_times,
+       completed_at - claimed_at >= interval '50 ms' AS ran_for_the_work
+  FROM queue.history WHERE queue_name = 'q_one_tx' ORDER BY item_id;
+SELECT run_p50 >= interval '0' AS run_not_negative FROM queue.stats('q_one_tx');
+DROP TABLE one_tx;
+SELECT queue.drop_queue('q_one_tx', force => true);
+
 SELECT queue.drop_queue('q_cap', force => true);
 SELECT queue.drop_queue('q_pause', force => true);
 SELECT queue.drop_queue('q_deq_other');
