@@ -94,7 +94,8 @@ BEGIN;
 SELECT queue.complete('q_direct', :plain_id, (SELECT lease_token FROM queue.item_live WHERE item_id = :plain_id), '{"ok": 1}') AS plain_done,
        queue.complete('q_direct', :routed_id, (SELECT lease_token FROM queue.item_live WHERE item_id = :routed_id), '{"ok": 1}') AS routed_done;
 SELECT (to_jsonb(a) - 'item_id') = (to_jsonb(b) - 'item_id') AS same_history,
-       a.result, a.attempts, a.worker, a.completed_at = now() AS completed_now
+       a.result, a.attempts, a.worker,
+       a.completed_at > now() AND a.completed_at < statement_timestamp() AS completed_by_its_statement
   FROM queue.item_done a, queue.item_done b
  WHERE a.item_id = :plain_id AND b.item_id = :routed_id;
 COMMIT;

@@ -91,12 +91,17 @@ static SPIPlanPtr checkpoint_plan = NULL;
 static SPIPlanPtr cancelled_plan = NULL;
 static SPIPlanPtr cancel_end_plan = NULL;
 
-/* What a completion writes: the history row; the rows completed come back. */
+/*
+ * What a completion writes: the history row; the rows completed come back.
+ * The completion is timed by its statement, as the claim is (claimed_at):
+ * a bot that claims and completes in one transaction never finished before
+ * it claimed.
+ */
 #define COMPLETE_HISTORY \
 	"h AS (INSERT INTO queue.item_done (queue_name, item_id, payload, result, attempts, worker, " \
 	"       enqueued_at, claimed_at, completed_at, dedup_key, correlation_id, progress) " \
 	"SELECT queue_name, item_id, payload, $4, attempt, worker, enqueued_at, claimed_at, " \
-	"       pg_catalog.now(), dedup_key, correlation_id, progress FROM d) " \
+	"       pg_catalog.statement_timestamp(), dedup_key, correlation_id, progress FROM d) " \
 	"SELECT item_id, dedup_key, attempt, worker, lease_token" OP("<") "0 AS cancel_requested FROM d"
 
 /*
@@ -122,13 +127,13 @@ static SPIPlanPtr cancel_end_plan = NULL;
 
 #define DEDUP_DONE_SQL \
 	"INSERT INTO queue.dedup_done (queue_name, dedup_key, item_id, completed_at) " \
-	"VALUES ($1, $2, $3, pg_catalog.now()) " \
+	"VALUES ($1, $2, $3, pg_catalog.statement_timestamp()) " \
 	"ON CONFLICT (queue_name, dedup_key) DO UPDATE " \
 	"   SET item_id = EXCLUDED.item_id, completed_at = EXCLUDED.completed_at"
 
 #define DEDUP_DONE_BATCH_SQL \
 	"INSERT INTO queue.dedup_done (queue_name, dedup_key, item_id, completed_at) " \
-	"SELECT $1, u.k, u.i, pg_catalog.now() " \
+	"SELECT $1, u.k, u.i, pg_catalog.statement_timestamp() " \
 	"  FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.text[]), pg_catalog.unnest($3::pg_catalog.int8[])) AS u(k, i) " \
 	" WHERE u.k IS NOT NULL " \
 	"ON CONFLICT (queue_name, dedup_key) DO UPDATE " \

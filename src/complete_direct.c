@@ -4,7 +4,7 @@
  *		complete() of one item done through the heap and the indexes
  *		without a statement: the item's row deleted from item_live, its
  *		history row inserted into the partition of item_done that covers
- *		now.
+ *		the completion's time (the statement's start, as in ack.c).
  *
  * The completion statement (ack.c) spends most of its time being set up:
  * a DELETE and an INSERT into a partitioned table, with tuple routing,
@@ -240,7 +240,7 @@ struct QueueCompleter
 
 /*
  * queue_completer_begin
- *		Open item_live and the history partition of now for completions;
+ *		Open item_live and the history partition of the completion time;
  *		NULL when the statement must do them (see the header).  Every
  *		lookup of the completer runs on one snapshot.
  */
@@ -254,7 +254,7 @@ queue_completer_begin(void)
 	Oid			partoid;
 	bool		is_default;
 	TupleDesc	pdesc;
-	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	TimestampTz now = GetCurrentStatementStartTimestamp();
 
 	if (IsolationIsSerializable() || XactReadOnly || !OidIsValid(queue_item_live_oid()))
 		return NULL;

@@ -255,7 +255,7 @@ queue_citus_claim(Datum *values, const char *nulls, bool lane, Datum lane_key,
 #define CITUS_HISTORY_SQL \
 	"INSERT INTO queue.item_done (queue_name, item_id, payload, result, attempts, worker, " \
 	"       enqueued_at, claimed_at, completed_at, dedup_key, correlation_id, progress) " \
-	"SELECT $1, u.i, u.p, $2, u.a, u.w, u.e, u.c, pg_catalog.now(), u.k, u.r, u.g " \
+	"SELECT $1, u.i, u.p, $2, u.a, u.w, u.e, u.c, pg_catalog.statement_timestamp(), u.k, u.r, u.g " \
 	"  FROM ROWS FROM (pg_catalog.unnest($3::pg_catalog.int8[]), pg_catalog.unnest($4::pg_catalog.jsonb[]), " \
 	"                  pg_catalog.unnest($5::pg_catalog.int4[]), pg_catalog.unnest($6::pg_catalog.text[]), " \
 	"                  pg_catalog.unnest($7::pg_catalog.timestamptz[]), pg_catalog.unnest($8::pg_catalog.timestamptz[]), " \
