@@ -121,6 +121,17 @@ SELECT count(*) AS temp_tables FROM pg_class WHERE relpersistence = 't';
 \set VERBOSITY terse
 SELECT :'got_sess' AS got_sess, queue.complete('q_lease', :sess, :t_sess);
 
+-- case: the released event names the lease it ended, as the claimed event
+-- does: its worker and its attempt (the one given back)
+SELECT queue.create_queue('q_release_event', audit => 'all');
+SELECT queue.enqueue('q_release_event', '{"k": "released"}') AS rel \gset
+SELECT lease_token AS t_rel FROM queue.dequeue('q_release_event', 'w9') \gset
+SELECT queue.release('q_release_event', :rel, :t_rel) AS released;
+SELECT kind, worker, attempt FROM queue.events
+ WHERE queue_name = 'q_release_event' AND kind IN ('claimed', 'released') ORDER BY event_id;
+SELECT attempt FROM queue.dequeue('q_release_event', 'w9');
+SELECT queue.drop_queue('q_release_event', force => true);
+
 SELECT queue.drop_queue('q_spent_sweep', force => true);
 SELECT queue.drop_queue('q_spent', force => true);
 SELECT queue.drop_queue('q_lease', force => true);
