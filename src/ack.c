@@ -203,11 +203,11 @@ static SPIPlanPtr cancel_end_plan = NULL;
 	"       attempt = greatest(i.attempt" OP("-") "1, 0), " \
 	"       visible_at = greatest($4, pg_catalog.now()), run_at = $4, " \
 	"       priority = i.base_priority " \
-	"  FROM (SELECT x.worker FROM queue.item_live x " \
+	"  FROM (SELECT x.worker, x.attempt FROM queue.item_live x " \
 	"         WHERE x.queue_name" OP("=") "$1 AND x.item_id" OP("=") "$2) held " \
 	" WHERE i.queue_name" OP("=") "$1 AND i.item_id" OP("=") "$2 " \
 	"   AND i.lease_token" OP("=") "$3 AND i.lease_token" OP(">") "0 " \
-	"RETURNING i.attempt, held.worker"
+	"RETURNING held.attempt, held.worker"
 
 #define EXTEND_SQL_WITH(session) \
 	"UPDATE queue.item_live " \
@@ -1021,8 +1021,9 @@ queue_release(PG_FUNCTION_ARGS)
 														  SPI_tuptable->tupdesc, 1, &isnull));
 		char	   *worker = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
 
+		/* the lease that ended: its worker and the attempt given back */
 		queue_log_event(queue_name, cfg.audit, DatumGetInt64(values[1]), "released",
-						NULL, attempt, NULL);
+						worker, attempt, NULL);
 		queue_breaker_released(&cfg, values[0], DatumGetInt64(values[1]));
 		if (worker != NULL)
 			queue_worker_alive(CStringGetTextDatum(worker));
