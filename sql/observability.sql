@@ -179,3 +179,8 @@ SELECT l FROM regexp_split_to_table(:'prom', E'\n') AS l
 
 SELECT queue.drop_queue(q, force => true)
   FROM unnest(ARRAY['o_stats', 'o_empty', 'o_big', 'o_sla', 'o_backlog', 'o_fleet', 'o_rate']) AS q;
+
+-- case: messages say intervals as people do: whole seconds without a
+-- decimal, fractions to a tenth, round minutes, hours and days by name
+SELECT queue._say_interval(i) AS said
+  FROM unnest(ARRAY['30 s', '1.25 s', '90 s', '10 min', '2 h', '1 day']::interval[]) AS i;
