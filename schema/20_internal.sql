@@ -180,7 +180,7 @@ BEGIN
              WHEN s >= 86400 AND s % 86400 = 0 THEN (s / 86400)::bigint || ' d'
              WHEN s >= 3600 AND s % 3600 = 0 THEN (s / 3600)::bigint || ' h'
              WHEN s >= 60 AND s % 60 = 0 THEN (s / 60)::bigint || ' min'
-             ELSE round(s, 1)::text || ' s'
+             ELSE trim_scale(round(s, 1))::text || ' s'
            END;
 END
 $$;

@@ -1,0 +1,18 @@
+-- Messages say a whole number of seconds without a decimal (30 s).
+
+-- An interval the way people say it: '10 min', '1 h', '30 s'.
+CREATE OR REPLACE FUNCTION queue._say_interval(p interval) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+DECLARE
+    s numeric := extract(epoch FROM p);
+BEGIN
+    RETURN CASE
+             WHEN s >= 86400 AND s % 86400 = 0 THEN (s / 86400)::bigint || ' d'
+             WHEN s >= 3600 AND s % 3600 = 0 THEN (s / 3600)::bigint || ' h'
+             WHEN s >= 60 AND s % 60 = 0 THEN (s / 60)::bigint || ' min'
+             ELSE trim_scale(round(s, 1))::text || ' s'
+           END;
+END
+$$;
+COMMENT ON FUNCTION queue._say_interval(interval) IS 'An interval as people say it: 10 min, 1 h, 30 s';
