@@ -8,6 +8,9 @@ CREATE FUNCTION queue._check_settings(c queue.queue_config)
 RETURNS void LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
+DECLARE
+    v_setting text;
+    v_value interval;
 BEGIN
     IF c.lease_timeout IS NULL OR c.max_attempts IS NULL OR c.backoff_base IS NULL
        OR c.backoff_factor IS NULL OR c.backoff_max IS NULL OR c.backoff_jitter IS NULL
@@ -18,6 +21,21 @@ BEGIN
                   DETAIL = 'lease_timeout, max_attempts, backoff_*, retention, notify, audit and breaker_window/min_samples/cooldown always have a value.',
                   HINT = 'Leave the argument out to get its default.';
     END IF;
+    -- every time computed from a duration (now() plus or minus it) must
+    -- be a timestamp: past that, sweep(), health() or a claim would fail
+    FOR v_setting, v_value IN
+        VALUES ('lease_timeout', c.lease_timeout), ('backoff_base', c.backoff_base),
+               ('backoff_max', c.backoff_max), ('item_ttl', c.item_ttl),
+               ('dedup_window', c.dedup_window), ('priority_aging', c.priority_aging),
+               ('retention', c.retention), ('sla', c.sla),
+               ('breaker_window', c.breaker_window), ('breaker_cooldown', c.breaker_cooldown)
+    LOOP
+        IF v_value > interval '1000 years' THEN
+            RAISE EXCEPTION '% must be at most 1000 years, not "%"', v_setting, v_value
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Durations are bounded so that every time computed from them is a valid timestamp.';
+        END IF;
+    END LOOP;
     IF c.lease_timeout <= interval '0' THEN
         RAISE EXCEPTION 'lease_timeout must be positive, not "%"', c.lease_timeout
             USING ERRCODE = 'invalid_parameter_value';

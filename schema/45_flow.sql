@@ -495,6 +495,11 @@ BEGIN
         RAISE EXCEPTION 'per must be a positive interval'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF set_limit.per > interval '1000 years' THEN
+        RAISE EXCEPTION 'per must be at most 1000 years, not "%"', set_limit.per
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Durations are bounded so that every time computed from them is a valid timestamp.';
+    END IF;
     IF v_key = '' AND set_limit.max_in_flight IS NOT NULL THEN
         RAISE EXCEPTION 'the whole queue takes a rate only'
             USING ERRCODE = 'invalid_parameter_value',

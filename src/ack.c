@@ -867,6 +867,7 @@ queue_fail(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("retry_in must not be negative"),
 					 errhint("Pass '0 s' to make the item claimable again at once.")));
+		queue_check_interval_bound(iv, "retry_in");
 	}
 	queue_name = begin_lease_call(fcinfo, &cfg);
 

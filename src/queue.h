@@ -59,6 +59,7 @@
 #define QUEUE_DEFAULT_PRIORITY	2
 #define QUEUE_TEXT_MAX_BYTES	65536	/* a text stored with an item */
 #define QUEUE_WORKER_MAX_BYTES	255		/* a worker name */
+#define QUEUE_INTERVAL_MAX_YEARS	1000	/* a duration: a setting, a lease, a retry */
 
 /* GUC defaults. */
 #define QUEUE_DEFAULT_MAX_PAYLOAD_BYTES		1048576
@@ -213,6 +214,7 @@ extern void queue_check_jsonb_size(Datum value, const char *argname);
 extern void queue_check_text_size(Datum value, const char *argname);
 extern void queue_check_worker(Datum worker, bool isnull);
 extern void queue_check_positive_interval(Interval *iv, const char *argname);
+extern void queue_check_interval_bound(Interval *iv, const char *argname);
 extern double queue_interval_seconds(const Interval *iv);
 
 /* config.c */

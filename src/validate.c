@@ -188,8 +188,32 @@ queue_interval_seconds(const Interval *iv)
 }
 
 /*
+ * queue_check_interval_bound
+ *		Durations are at most QUEUE_INTERVAL_MAX_YEARS (months of 30 days,
+ *		as interval comparison counts them), so that every time computed
+ *		from one is a valid timestamp; the queue settings have the same
+ *		bound (queue._check_settings).
+ */
+void
+queue_check_interval_bound(Interval *iv, const char *argname)
+{
+	if (queue_interval_seconds(iv) >
+		(double) QUEUE_INTERVAL_MAX_YEARS * MONTHS_PER_YEAR * DAYS_PER_MONTH * SECS_PER_DAY)
+	{
+		char	   *s = DatumGetCString(DirectFunctionCall1(interval_out,
+															IntervalPGetDatum(iv)));
+
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be at most %d years, not \"%s\"",
+						argname, QUEUE_INTERVAL_MAX_YEARS, s),
+				 errhint("Durations are bounded so that every time computed from them is a valid timestamp.")));
+	}
+}
+
+/*
  * queue_check_positive_interval
- *		Durations such as a lease must be longer than zero.
+ *		Durations such as a lease must be longer than zero, and bounded.
  */
 void
 queue_check_positive_interval(Interval *iv, const char *argname)
@@ -203,6 +227,7 @@ queue_check_positive_interval(Interval *iv, const char *argname)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s must be positive, not \"%s\"", argname, s)));
 	}
+	queue_check_interval_bound(iv, argname);
 }
 
 PG_FUNCTION_INFO_V1(queue_check_payload_sql);
