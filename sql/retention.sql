@@ -94,5 +94,17 @@ SELECT (SELECT count(*) FROM queue.history WHERE queue_name = 'rt_tiny') AS hist
        (SELECT count(*) FROM queue.failure_log WHERE queue_name = 'rt_tiny') AS failures;
 SELECT queue.drop_queue('rt_tiny', force => true);
 
+-- case: purged counts the rows retention removed, not the dedup keys
+-- forgotten past the dedup_window (a completion kept in the history)
+SELECT queue.create_queue('rt_dedup', dedup_window => '1 min');
+SELECT queue.enqueue('rt_dedup', '{}', dedup_key => 'once') AS dk \gset
+SELECT queue.complete('rt_dedup', item_id, lease_token) FROM queue.dequeue('rt_dedup', 'rt_bot');
+UPDATE queue.item_done SET completed_at = completed_at - interval '2 min' WHERE queue_name = 'rt_dedup';
+UPDATE queue.dedup_done SET completed_at = completed_at - interval '2 min' WHERE queue_name = 'rt_dedup';
+SELECT purged FROM queue.sweep('rt_dedup');
+SELECT count(*) AS history FROM queue.history WHERE queue_name = 'rt_dedup';
+SELECT queue.enqueue('rt_dedup', '{}', dedup_key => 'once') <> :dk AS key_forgotten;
+SELECT queue.drop_queue('rt_dedup', force => true);
+
 SELECT queue.drop_queue('rt_busy', force => true);
 SELECT queue.drop_queue('rt_short', force => true);
