@@ -295,19 +295,6 @@ BEGIN
     v_purged := v_purged + queue._history_delete('failure_log', p_queue, v_keep_outcomes,
                                                  v_now, p_batch);
 
-    -- dedup keys of completed items, past the dedup window (all of them
-    -- when the queue has none):
-    WITH d AS (
-        DELETE FROM queue.dedup_done k
-         WHERE k.queue_name = p_queue
-           AND k.dedup_key = ANY (ARRAY(SELECT x.dedup_key FROM queue.dedup_done x
-                                WHERE x.queue_name = p_queue
-                                  AND x.completed_at < v_now - coalesce(c.dedup_window, interval '0')
-                                ORDER BY x.completed_at LIMIT p_batch))
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    v_purged := v_purged + v_n;
-
     -- cleared alerts:
     WITH d AS (
         DELETE FROM queue.alerts a
@@ -342,6 +329,36 @@ $$;
 COMMENT ON FUNCTION queue._retention(text, int)
     IS 'Removes at most p_batch rows of each kind past a queue''s retention; returns how many';
 
+-- Dedup keys of completed items past the queue's dedup window (all of them
+-- when the queue has none), at most p_batch; returns how many.  Not
+-- retention: sweep() does not count them in purged.
+CREATE FUNCTION queue._forget_dedup_keys(p_queue text, p_batch int)
+RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_window interval;
+    v_n bigint;
+BEGIN
+    SELECT c.dedup_window INTO v_window FROM queue.queue_config c WHERE c.queue_name = p_queue;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    WITH d AS (
+        DELETE FROM queue.dedup_done k
+         WHERE k.queue_name = p_queue
+           AND k.dedup_key = ANY (ARRAY(SELECT x.dedup_key FROM queue.dedup_done x
+                                WHERE x.queue_name = p_queue
+                                  AND x.completed_at < now() - coalesce(v_window, interval '0')
+                                ORDER BY x.completed_at LIMIT p_batch))
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    RETURN v_n;
+END
+$$;
+COMMENT ON FUNCTION queue._forget_dedup_keys(text, int)
+    IS 'Forgets at most p_batch dedup keys of completions past a queue''s dedup window; returns how many';
+
 -- Retention for one queue, one batch of each kind (queue._sweep_batch()
 -- rows); returns how many rows went, 0 when nothing more is due.
 CREATE FUNCTION queue.apply_retention(queue_name text)
@@ -357,7 +374,8 @@ BEGIN
         RAISE EXCEPTION 'queue "%" does not exist', v_name
             USING ERRCODE = 'undefined_object';
     END IF;
-    RETURN queue._retention(v_name, queue._sweep_batch());
+    RETURN queue._retention(v_name, queue._sweep_batch())
+           + queue._forget_dedup_keys(v_name, queue._sweep_batch());
 END
 $$;
 COMMENT ON FUNCTION queue.apply_retention(text)
@@ -485,6 +503,7 @@ BEGIN
 
     -- Retention: one batch of each kind (run_sweep() goes on until done).
     purged := queue._retention(p_queue, v_batch);
+    PERFORM queue._forget_dedup_keys(p_queue, v_batch);
 
     -- Breaker: an open breaker pauses the queue; a closed one may trip on
     -- failures that arrived without a fail() call (lost leases).  Its

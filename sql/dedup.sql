@@ -132,7 +132,7 @@ UPDATE queue.item_done SET completed_at = completed_at - interval '90 min'
  WHERE queue_name = 'q_longer_window' AND item_id = :le;
 UPDATE queue.dedup_done SET completed_at = completed_at - interval '90 min'
  WHERE queue_name = 'q_longer_window' AND dedup_key = 'e';
-SELECT purged >= 1 AS purged FROM queue.sweep() WHERE queue_name = 'q_longer_window';
+SELECT purged = 0 AS not_retention FROM queue.sweep() WHERE queue_name = 'q_longer_window';
 SELECT count(*) AS remembered FROM queue.dedup_done WHERE queue_name = 'q_longer_window';
 SELECT queue.alter_queue('q_longer_window', dedup_window => '3 h');
 SELECT dedup_key, item_id = :le AS completed_id FROM queue.dedup_done WHERE queue_name = 'q_longer_window';

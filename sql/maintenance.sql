@@ -108,7 +108,8 @@ SELECT ordinality, payload->>'k' AS k
 SELECT queue.drop_queue('m_age_lost', force => true);
 
 -- case: retention purges processed history, reviewed dead letters, events,
--- failures, dedup keys past the window, cleared alerts and old metrics
+-- failures, cleared alerts and old metrics (purged counts them), and the
+-- dedup keys past the window go too (not counted: not retention)
 SELECT queue.enqueue('m_ret', '{"k": "old"}', dedup_key => 'k-old') AS r_old \gset
 SELECT queue.enqueue('m_ret', '{"k": "new"}', dedup_key => 'k-new') AS r_new \gset
 SELECT queue.enqueue('m_ret', '{"k": "dead resolved"}') AS r_dres \gset

@@ -173,6 +173,7 @@ BEGIN
 
     -- Retention: one batch of each kind (run_sweep() goes on until done).
     purged := queue._retention(p_queue, v_batch);
+    PERFORM queue._forget_dedup_keys(p_queue, v_batch);
 
     -- Breaker: an open breaker pauses the queue; a closed one may trip on
     -- failures that arrived without a fail() call (lost leases).  Its
