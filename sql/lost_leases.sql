@@ -146,4 +146,34 @@ SELECT count(*) FILTER (WHERE kind = 'recovered') AS recovered_events,
        count(*) FILTER (WHERE kind = 'failed') AS failed_events
   FROM queue.events WHERE queue_name = 'l_twice';
 
+-- case: cancel of an item whose lease ran out and nobody re-claimed
+-- settles it first, as sweep or dequeue would: the lost lease counts once
+-- as a failed attempt (failed_1h, the dead letter's errors), then the item
+-- is cancelled; on the last attempt it is a dead letter of its own
+-- (lease_expired) and there is nothing to cancel
+SELECT queue.create_queue('l_cancel', max_attempts => 1);
+SELECT queue.create_queue('l_cancel3', max_attempts => 3);
+SELECT queue.enqueue('l_cancel', '{}') AS l_cancel_id \gset
+SELECT queue.enqueue('l_cancel3', '{}') AS l_cancel3_id \gset
+SELECT count(*) FROM queue.dequeue('l_cancel', 'w-gone', lease_timeout => '10 ms');
+SELECT count(*) FROM queue.dequeue('l_cancel3', 'w-gone', lease_timeout => '10 ms');
+SELECT pg_sleep(0.05);
+SELECT queue.cancel('l_cancel', :l_cancel_id) AS cancelled_spent;
+SELECT reason, attempts, error_code FROM queue.dead_letters WHERE queue_name = 'l_cancel';
+SELECT failed_1h FROM queue.stats('l_cancel');
+SELECT queue.cancel('l_cancel3', :l_cancel3_id) AS cancelled;
+SELECT reason, attempts, error_code, jsonb_array_length(errors) AS errors
+  FROM queue.dead_letters WHERE queue_name = 'l_cancel3';
+SELECT failed_1h FROM queue.stats('l_cancel3');
+SELECT kind FROM queue.events WHERE queue_name = 'l_cancel3' ORDER BY event_id;
+-- a lease sweep counted already is not counted a second time by cancel
+SELECT queue.enqueue('l_cancel3', '{}') AS l_cancel3_b \gset
+SELECT count(*) FROM queue.dequeue('l_cancel3', 'w-gone', lease_timeout => '10 ms');
+SELECT pg_sleep(0.05);
+SELECT recovered FROM queue.sweep('l_cancel3');
+SELECT queue.cancel('l_cancel3', :l_cancel3_b) AS cancelled_after_sweep;
+SELECT failed_1h FROM queue.stats('l_cancel3');
+SELECT jsonb_array_length(errors) AS errors FROM queue.dead_letters WHERE item_id = :l_cancel3_b;
+SELECT queue.drop_queue('l_cancel', force => true), queue.drop_queue('l_cancel3', force => true);
+
 SELECT queue.drop_queue(q, force => true) FROM unnest('{l_lost,l_deq,l_spent,l_off,l_rec,l_late,l_hold,l_hold3,l_twice}'::text[]) q;
