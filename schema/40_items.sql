@@ -198,7 +198,9 @@ BEGIN
     END IF;
     PERFORM queue._check_text(cancel.reason, 'reason');
     PERFORM queue._check_access(v_name, 'reader');
-    SELECT i.lease_token IS NOT NULL AND i.lease_expires_at > now() AS processing,
+    SELECT i.lease_token IS NOT NULL AND i.lease_expires_at > statement_timestamp() AS processing,
+           i.lease_token IS NOT NULL AND i.lease_expires_at <= statement_timestamp() AS lost,
+           i.attempt >= i.max_attempts AS spent, i.lost_counted,
            i.cancel_requested_at, i.worker, i.attempt
       INTO r
       FROM queue.item_live i
@@ -206,6 +208,17 @@ BEGIN
        FOR UPDATE;
     IF NOT FOUND OR r.cancel_requested_at IS NOT NULL THEN
         RETURN false;
+    END IF;
+    -- a lease that ran out and nobody re-claimed is settled first, as sweep
+    -- or dequeue would (and as hold does): counted once as a lost lease,
+    -- and a dead letter of its own when it was the last attempt
+    IF r.lost THEN
+        IF r.spent THEN
+            PERFORM queue._bury(v_name, cancel.item_id, 'lease_expired', NULL, NULL);
+            RETURN false;
+        ELSIF NOT r.lost_counted THEN
+            PERFORM queue._lease_lost(v_name, cancel.item_id);
+        END IF;
     END IF;
     UPDATE queue.item_live i
        SET cancel_requested_at = now(), cancel_requested_by = v_by, cancel_reason = cancel.reason,
