@@ -145,6 +145,32 @@ SELECT failed_1h FROM queue.stats('l_twice');
 SELECT count(*) FILTER (WHERE kind = 'recovered') AS recovered_events,
        count(*) FILTER (WHERE kind = 'failed') AS failed_events
   FROM queue.events WHERE queue_name = 'l_twice';
+-- case: a late release by the holder of a lease sweep already counted as
+-- lost is accepted (nobody re-claimed the item) but gives no attempt back:
+-- that attempt was counted as failed, so the next claim is the next
+-- attempt and max_attempts still bounds the claims
+SELECT queue.create_queue('l_rel', max_attempts => 2);
+SELECT queue.enqueue('l_rel', '{}') AS l_rel_id \gset
+CREATE TEMP TABLE l_rel_held AS
+SELECT item_id, lease_token FROM queue.dequeue('l_rel', 'w-slow', lease_timeout => '10 ms');
+SELECT pg_sleep(0.05);
+SELECT recovered FROM queue.sweep('l_rel');
+SELECT queue.release('l_rel', item_id, lease_token) AS late_release FROM l_rel_held;
+SELECT state, attempt FROM queue.items WHERE queue_name = 'l_rel';
+SELECT attempt, max_attempts FROM queue.dequeue('l_rel', 'w-next');
+SELECT queue.fail('l_rel', item_id, lease_token, 'no luck') AS last_fail
+  FROM queue.item_live WHERE queue_name = 'l_rel';
+SELECT reason, attempts, jsonb_path_query_array(errors, '$[*].attempt') AS error_attempts
+  FROM queue.dead_letters WHERE item_id = :l_rel_id;
+SELECT failed_1h FROM queue.stats('l_rel');
+-- a release before anything met the expired lease is a plain release
+SELECT queue.enqueue('l_rel', '{}') AS l_rel_b \gset
+CREATE TEMP TABLE l_rel_b_held AS
+SELECT item_id, lease_token FROM queue.dequeue('l_rel', 'w-slow', lease_timeout => '10 ms');
+SELECT pg_sleep(0.05);
+SELECT queue.release('l_rel', item_id, lease_token) AS early_release FROM l_rel_b_held;
+SELECT attempt FROM queue.dequeue('l_rel', 'w-next');
+SELECT queue.drop_queue('l_rel', force => true);
 
 -- case: cancel of an item whose lease ran out and nobody re-claimed
 -- settles it first, as sweep or dequeue would: the lost lease counts once
