@@ -200,7 +200,9 @@ static SPIPlanPtr cancel_end_plan = NULL;
 #define RELEASE_SQL \
 	"UPDATE queue.item_live i " \
 	"   SET lease_token = NULL, lease_expires_at = NULL, worker = NULL, " \
-	"       attempt = greatest(i.attempt" OP("-") "1, 0), " \
+	"       attempt = CASE WHEN i.lost_counted THEN i.attempt " \
+	"                      ELSE greatest(i.attempt" OP("-") "1, 0) END, " \
+	"       lost_counted = false, " \
 	"       visible_at = greatest($4, pg_catalog.now()), run_at = $4, " \
 	"       priority = i.base_priority " \
 	"  FROM (SELECT x.worker, x.attempt FROM queue.item_live x " \
@@ -996,7 +998,9 @@ queue_fail(PG_FUNCTION_ARGS)
  *				 run_at timestamptz = now()) returns boolean
  *
  * Gives a leased item back without counting the attempt (graceful
- * shutdown); it is claimable again from run_at (NULL = now).
+ * shutdown); it is claimable again from run_at (NULL = now).  A lease
+ * that ran out and was already counted as lost (sweep or a dequeue met
+ * it) keeps its attempt: that attempt was counted as failed.
  */
 Datum
 queue_release(PG_FUNCTION_ARGS)
