@@ -172,6 +172,32 @@ SELECT queue.release('l_rel', item_id, lease_token) AS early_release FROM l_rel_
 SELECT attempt FROM queue.dequeue('l_rel', 'w-next');
 SELECT queue.drop_queue('l_rel', force => true);
 
+-- case: a lease already counted as lost is not counted again when offline
+-- recovery or a restart ends it later: one failed attempt, one errors
+-- entry, one recovered; the old token stops working all the same
+SELECT queue.create_queue('l_twice', max_attempts => 5);
+SELECT queue.enqueue('l_twice', '{"n": 1}') AS l_twice_1 \gset
+SELECT queue.enqueue('l_twice', '{"n": 2}') AS l_twice_2 \gset
+CREATE TEMP TABLE l_twice_held AS
+SELECT item_id, lease_token FROM queue.dequeue('l_twice', 'w-twice-off', lease_timeout => '10 ms');
+INSERT INTO l_twice_held
+SELECT item_id, lease_token FROM queue.dequeue('l_twice', 'w-twice-rst', lease_timeout => '10 ms');
+SELECT pg_sleep(0.05);
+SELECT recovered FROM queue.sweep('l_twice');
+SELECT failed_1h FROM queue.stats('l_twice');
+UPDATE queue.worker_registry SET last_seen = now() - interval '1 h' WHERE worker = 'w-twice-off';
+SELECT recovered, dead_lettered FROM queue.sweep('l_twice');
+SELECT queue.register_worker('w-twice-rst', restart => true);
+SELECT failed_1h FROM queue.stats('l_twice');
+SELECT i.item_id = :l_twice_1 AS first, i.state, i.attempt, i.worker,
+       jsonb_array_length(l.errors) AS errors
+  FROM queue.items i JOIN queue.item_live l USING (queue_name, item_id)
+ WHERE i.queue_name = 'l_twice' ORDER BY i.item_id;
+SELECT count(*) AS failure_rows FROM queue.failure_log WHERE queue_name = 'l_twice';
+SELECT queue.complete('l_twice', item_id, lease_token) AS old_token_completes FROM l_twice_held;
+SELECT attempt FROM queue.dequeue('l_twice', 'w-next', batch_size => 2);
+SELECT queue.drop_queue('l_twice', force => true);
+
 -- case: cancel of an item whose lease ran out and nobody re-claimed
 -- settles it first, as sweep or dequeue would: the lost lease counts once
 -- as a failed attempt (failed_1h, the dead letter's errors), then the item
