@@ -198,6 +198,29 @@ SELECT queue.complete('l_twice', item_id, lease_token) AS old_token_completes FR
 SELECT attempt FROM queue.dequeue('l_twice', 'w-next', batch_size => 2);
 SELECT queue.drop_queue('l_twice', force => true);
 
+-- case: lost leases counted outside sweep and dequeue judge the breaker at
+-- once, like any other failure: a restart that ends leases, and a hold or
+-- cancel that counts an expired one, trip it as soon as the failed share
+-- passes the threshold (the next dequeue gets nothing)
+SELECT queue.create_queue('l_brk_rst', breaker_threshold => 0.5, breaker_min_samples => 2);
+SELECT count(*) FROM queue.enqueue_batch('l_brk_rst', array_fill('{}'::jsonb, ARRAY[3]));
+SELECT count(*) FROM queue.dequeue('l_brk_rst', 'w-brk-rst', batch_size => 2);
+SELECT queue.register_worker('w-brk-rst', restart => true);
+SELECT paused, breaker_state FROM queue.queues WHERE queue_name = 'l_brk_rst';
+SELECT count(*) AS handed_out FROM queue.dequeue('l_brk_rst', 'w-other');
+SELECT queue.create_queue('l_brk_op', breaker_threshold => 0.5, breaker_min_samples => 2);
+SELECT count(*) FROM queue.enqueue_batch('l_brk_op', array_fill('{}'::jsonb, ARRAY[3]));
+CREATE TEMP TABLE l_brk_op_held AS
+SELECT item_id FROM queue.dequeue('l_brk_op', 'w-gone', batch_size => 2, lease_timeout => '10 ms');
+SELECT pg_sleep(0.05);
+SELECT queue.hold('l_brk_op', min(item_id)) AS held FROM l_brk_op_held;
+SELECT paused, breaker_state FROM queue.queues WHERE queue_name = 'l_brk_op';
+SELECT queue.cancel('l_brk_op', max(item_id)) AS cancelled FROM l_brk_op_held;
+SELECT failed_1h FROM queue.stats('l_brk_op');
+SELECT paused, breaker_state FROM queue.queues WHERE queue_name = 'l_brk_op';
+SELECT count(*) AS handed_out FROM queue.dequeue('l_brk_op', 'w-other');
+SELECT queue.drop_queue('l_brk_rst', force => true), queue.drop_queue('l_brk_op', force => true);
+
 -- case: cancel of an item whose lease ran out and nobody re-claimed
 -- settles it first, as sweep or dequeue would: the lost lease counts once
 -- as a failed attempt (failed_1h, the dead letter's errors), then the item
