@@ -34,6 +34,8 @@ BEGIN
             RETURN false;
         ELSIF NOT r.lost_counted THEN
             PERFORM queue._lease_lost(v_name, hold.item_id);
+            -- a failure like any other: the breaker judges it at once
+            PERFORM queue._breaker_check(v_name);
         END IF;
     END IF;
     UPDATE queue.item_live i

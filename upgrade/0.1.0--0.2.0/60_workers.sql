@@ -292,6 +292,7 @@ DECLARE
     v_caller regrole := queue._caller()::regrole;
     v_owner regrole;
     v_q text;
+    v_ended boolean := false;
     r record;
 BEGIN
     IF register_worker.capacity IS NOT NULL AND register_worker.capacity < 1 THEN
@@ -336,7 +337,13 @@ BEGIN
             LOOP
                 PERFORM queue._end_lease(v_q, r.item_id, 'lease_expired',
                                          'worker restarted', 'worker_restarted');
+                v_ended := true;
             END LOOP;
+            -- failures like any other: the breaker judges them at once
+            IF v_ended THEN
+                PERFORM queue._breaker_check(v_q);
+                v_ended := false;
+            END IF;
         END LOOP;
     END IF;
 
