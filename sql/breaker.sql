@@ -129,4 +129,32 @@ SELECT failed, outcomes
   FROM queue._breaker_outcomes('b_short',
                                date_bin('10 s', now() - interval '6 s', 'epoch') + interval '1 s', 0);
 
-SELECT queue.drop_queue(q, force => true) FROM unnest('{b_op,b_alone,b_alert,b_frac,b_run,b_pct,b_short}'::text[]) q;
+-- case: half-open hands out exactly one probe: while the probe's bot keeps
+-- its lease extended no other probe comes out, and its success closes the
+-- breaker; a probe whose lease ran out is a failed probe: the breaker is
+-- open for another cooldown, counted from the lease's end, then probes again
+SELECT queue.create_queue('b_one', breaker_threshold => 0.5, breaker_min_samples => 1,
+                          breaker_cooldown => '1 s', max_attempts => 9, backoff_base => '0 s');
+SELECT count(*) FROM queue.enqueue_batch('b_one', array_fill('{}'::jsonb, ARRAY[4]));
+SELECT queue.fail('b_one', item_id, lease_token, 'ERP down') FROM queue.dequeue('b_one', 'w1');
+SELECT pg_temp.cooldown_over('b_one');
+CREATE TEMP TABLE b_one_probe AS
+SELECT item_id, lease_token FROM queue.dequeue('b_one', 'w1', lease_timeout => '300 ms');
+SELECT count(*) AS probes FROM b_one_probe;
+SELECT queue.extend_lease('b_one', item_id, lease_token, '1 min') IS NOT NULL AS extended FROM b_one_probe;
+SELECT pg_sleep(0.4);
+SELECT count(*) AS second_probe FROM queue.dequeue('b_one', 'w2');
+SELECT breaker_state FROM queue.queues WHERE queue_name = 'b_one';
+SELECT queue.complete('b_one', item_id, lease_token) AS probe_done FROM b_one_probe;
+SELECT paused, breaker_state FROM queue.queues WHERE queue_name = 'b_one';
+SELECT queue.fail('b_one', item_id, lease_token, 'ERP down again') FROM queue.dequeue('b_one', 'w1');
+SELECT pg_temp.cooldown_over('b_one');
+SELECT count(*) AS probes FROM queue.dequeue('b_one', 'w1', lease_timeout => '100 ms');
+SELECT pg_sleep(0.2);
+SELECT count(*) AS probe_after_lost_probe FROM queue.dequeue('b_one', 'w2');
+SELECT breaker_state FROM queue.queues WHERE queue_name = 'b_one';
+SELECT pg_sleep(1.5);
+SELECT breaker_state FROM queue.queues WHERE queue_name = 'b_one';
+SELECT count(*) AS probe_after_cooldown FROM queue.dequeue('b_one', 'w2');
+
+SELECT queue.drop_queue(q, force => true) FROM unnest('{b_op,b_alone,b_alert,b_frac,b_run,b_pct,b_short,b_one}'::text[]) q;
