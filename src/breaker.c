@@ -11,6 +11,10 @@
  *	 probing --probe completed--> closed
  *	 probing --probe failed, released or its lease ran out--> open
  *
+ * A probe whose lease ran out stays the breaker's probe_item_id (a late
+ * complete of it still closes the breaker) until a dequeue one cooldown
+ * after the lease's end takes the next probe.
+ *
  * Tripping, closing and the probe's verdict are SQL (queue._breaker_*),
  * off the common path; this file decides, from the cached settings, when
  * a call needs them, and grants the probe.  The breaker never touches the
@@ -51,14 +55,25 @@ static SPIPlanPtr count_plan = NULL;
 
 PG_FUNCTION_INFO_V1(queue_breaker_count_sql);
 
-/* half-open: the first dequeue after the cooldown becomes the probe */
+/*
+ * half-open: the first dequeue after the cooldown becomes the probe.  A
+ * probe is one until its lease ends: the lease its bot extended or
+ * heartbeated counts, not the one it was claimed with (probe_expires_at).
+ * A probe whose lease ran out is a failed probe (a lost lease counts as a
+ * failure): the next probe comes one cooldown after that lease's end.
+ */
 #define PROBE_SQL \
-	"WITH c AS (SELECT queue_name FROM queue.queue_config " \
-	"            WHERE queue_name" OP("=") "$1 AND NOT paused " \
-	"              AND ((breaker_state" OP("=") "'open' " \
-	"                    AND (breaker_opened_at" OP("+") "breaker_cooldown)" OP("<=") "pg_catalog.statement_timestamp()) " \
-	"                OR (breaker_state" OP("=") "'probing' " \
-	"                    AND probe_expires_at" OP("<=") "pg_catalog.statement_timestamp())) " \
+	"WITH c AS (SELECT q0.queue_name FROM queue.queue_config q0 " \
+	"            WHERE q0.queue_name" OP("=") "$1 AND NOT q0.paused " \
+	"              AND ((q0.breaker_state" OP("=") "'open' " \
+	"                    AND (q0.breaker_opened_at" OP("+") "q0.breaker_cooldown)" OP("<=") "pg_catalog.statement_timestamp()) " \
+	"                OR (q0.breaker_state" OP("=") "'probing' " \
+	"                    AND (coalesce((SELECT i.lease_expires_at FROM queue.item_live i " \
+	"                                    WHERE i.queue_name" OP("=") "$1 " \
+	"                                      AND i.item_id" OP("=") "q0.probe_item_id " \
+	"                                      AND i.lease_token IS NOT NULL), " \
+	"                                  q0.probe_expires_at)" OP("+") "q0.breaker_cooldown)" \
+	"                        " OP("<=") "pg_catalog.statement_timestamp())) " \
 	"              FOR UPDATE SKIP LOCKED) " \
 	"UPDATE queue.queue_config q SET breaker_state = 'probing', probe_item_id = NULL, " \
 	"       probe_expires_at = 'infinity' " \
