@@ -156,5 +156,16 @@ SELECT breaker_state FROM queue.queues WHERE queue_name = 'b_one';
 SELECT pg_sleep(1.5);
 SELECT breaker_state FROM queue.queues WHERE queue_name = 'b_one';
 SELECT count(*) AS probe_after_cooldown FROM queue.dequeue('b_one', 'w2');
+-- a heartbeat keeps the probe alive as extend_lease does
+SELECT queue.create_queue('b_hb', breaker_threshold => 0.5, breaker_min_samples => 1,
+                          breaker_cooldown => '1 s', max_attempts => 9, backoff_base => '0 s');
+SELECT count(*) FROM queue.enqueue_batch('b_hb', array_fill('{}'::jsonb, ARRAY[3]));
+SELECT queue.fail('b_hb', item_id, lease_token, 'ERP down') FROM queue.dequeue('b_hb', 'w-hb');
+SELECT pg_temp.cooldown_over('b_hb');
+SELECT count(*) AS probes FROM queue.dequeue('b_hb', 'w-hb', lease_timeout => '100 ms');
+SELECT queue.heartbeat('w-hb') AS renewed;
+SELECT pg_sleep(1.3);
+SELECT count(*) AS second_probe FROM queue.dequeue('b_hb', 'w-other');
+SELECT breaker_state FROM queue.queues WHERE queue_name = 'b_hb';
 
-SELECT queue.drop_queue(q, force => true) FROM unnest('{b_op,b_alone,b_alert,b_frac,b_run,b_pct,b_short,b_one}'::text[]) q;
+SELECT queue.drop_queue(q, force => true) FROM unnest('{b_op,b_alone,b_alert,b_frac,b_run,b_pct,b_short,b_one,b_hb}'::text[]) q;
