@@ -451,16 +451,8 @@ SELECT c.queue_name, c.lease_timeout, c.max_attempts, c.backoff_base, c.backoff_
        p.paused, p.pause_reason, p.paused_at,
        CASE WHEN c.breaker_state = 'probing'
               -- a probe whose lease ran out failed: open for another cooldown
-              THEN CASE WHEN now() < coalesce((SELECT i.lease_expires_at FROM queue.item_live i
-                                                WHERE i.queue_name = c.queue_name
-                                                  AND i.item_id = c.probe_item_id
-                                                  AND i.lease_token IS NOT NULL),
-                                              c.probe_expires_at) + c.breaker_cooldown
-                             AND now() >= coalesce((SELECT i.lease_expires_at FROM queue.item_live i
-                                                     WHERE i.queue_name = c.queue_name
-                                                       AND i.item_id = c.probe_item_id
-                                                       AND i.lease_token IS NOT NULL),
-                                                   c.probe_expires_at)
+              THEN CASE WHEN c.probe_expires_at <= now()
+                             AND now() < c.probe_expires_at + c.breaker_cooldown
                         THEN 'open' ELSE 'half_open' END
             WHEN c.breaker_state = 'open' AND c.breaker_opened_at + c.breaker_cooldown <= now()
               THEN 'half_open'

@@ -1136,6 +1136,9 @@ queue_extend_lease(PG_FUNCTION_ARGS)
 		result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		if (worker != NULL)
 			queue_worker_alive(CStringGetTextDatum(worker));
+		/* the half-open probe lasts as long as its lease */
+		queue_breaker_extended(&cfg, values[0], DatumGetInt64(values[1]),
+							   DatumGetTimestampTz(result));
 	}
 	queue_spi_finish();
 	if (!found)

@@ -47,6 +47,7 @@
 
 static SPIPlanPtr probe_plan = NULL;
 static SPIPlanPtr probe_set_plan = NULL;
+static SPIPlanPtr probe_extend_plan = NULL;
 static SPIPlanPtr probe_undo_plan = NULL;
 static SPIPlanPtr probe_done_plan = NULL;
 static SPIPlanPtr probe_back_plan = NULL;
@@ -57,26 +58,34 @@ PG_FUNCTION_INFO_V1(queue_breaker_count_sql);
 
 /*
  * half-open: the first dequeue after the cooldown becomes the probe.  A
- * probe is one until its lease ends: the lease its bot extended or
- * heartbeated counts, not the one it was claimed with (probe_expires_at).
- * A probe whose lease ran out is a failed probe (a lost lease counts as a
+ * probe is one until its lease ends: probe_expires_at follows the lease
+ * when its bot extends it (extend_lease, heartbeat: PROBE_EXTEND_SQL).  A
+ * probe whose lease ran out is a failed probe (a lost lease counts as a
  * failure): the next probe comes one cooldown after that lease's end.
  */
 #define PROBE_SQL \
-	"WITH c AS (SELECT q0.queue_name FROM queue.queue_config q0 " \
-	"            WHERE q0.queue_name" OP("=") "$1 AND NOT q0.paused " \
-	"              AND ((q0.breaker_state" OP("=") "'open' " \
-	"                    AND (q0.breaker_opened_at" OP("+") "q0.breaker_cooldown)" OP("<=") "pg_catalog.statement_timestamp()) " \
-	"                OR (q0.breaker_state" OP("=") "'probing' " \
-	"                    AND (coalesce((SELECT i.lease_expires_at FROM queue.item_live i " \
-	"                                    WHERE i.queue_name" OP("=") "$1 " \
-	"                                      AND i.item_id" OP("=") "q0.probe_item_id " \
-	"                                      AND i.lease_token IS NOT NULL), " \
-	"                                  q0.probe_expires_at)" OP("+") "q0.breaker_cooldown)" \
-	"                        " OP("<=") "pg_catalog.statement_timestamp())) " \
+	"WITH c AS (SELECT queue_name FROM queue.queue_config " \
+	"            WHERE queue_name" OP("=") "$1 AND NOT paused " \
+	"              AND ((breaker_state" OP("=") "'open' " \
+	"                    AND (breaker_opened_at" OP("+") "breaker_cooldown)" OP("<=") "pg_catalog.statement_timestamp()) " \
+	"                OR (breaker_state" OP("=") "'probing' " \
+	"                    AND (probe_expires_at" OP("+") "breaker_cooldown)" OP("<=") "pg_catalog.statement_timestamp())) " \
 	"              FOR UPDATE SKIP LOCKED) " \
 	"UPDATE queue.queue_config q SET breaker_state = 'probing', probe_item_id = NULL, " \
 	"       probe_expires_at = 'infinity' " \
+	"  FROM c WHERE q.queue_name" OP("=") "c.queue_name"
+
+/*
+ * The probe's lease was extended: its end moves along.  The settings row
+ * is taken without waiting (the caller holds the item, and alter_queue or
+ * drop_queue may hold the row while they wait for items).
+ */
+#define PROBE_EXTEND_SQL \
+	"WITH c AS (SELECT queue_name FROM queue.queue_config " \
+	"            WHERE queue_name" OP("=") "$1 AND breaker_state" OP("=") "'probing' " \
+	"              AND probe_item_id" OP("=") "$2 " \
+	"              FOR UPDATE SKIP LOCKED) " \
+	"UPDATE queue.queue_config q SET probe_expires_at = $3 " \
 	"  FROM c WHERE q.queue_name" OP("=") "c.queue_name"
 
 #define PROBE_SET_SQL \
@@ -155,6 +164,27 @@ queue_breaker_probe_claimed(Datum qname, int64 probe_id, TimestampTz expiry)
 	else
 		queue_spi_exec(queue_prepare_cached(&probe_undo_plan, PROBE_UNDO_SQL, 1, t),
 					   v, NULL, false, 0, SPI_OK_UPDATE, "resetting breaker probe");
+}
+
+/*
+ * queue_breaker_extended
+ *		An item's lease was extended to expiry: when it is the half-open
+ *		probe, the probe lasts as long (no second probe comes out while its
+ *		bot keeps it).  Inside an SPI connection.
+ */
+void
+queue_breaker_extended(const QueueConfig *cfg, Datum qname, int64 item_id, TimestampTz expiry)
+{
+	Oid			t[3] = {TEXTOID, INT8OID, TIMESTAMPTZOID};
+	Datum		v[3];
+
+	if (cfg->breaker_state != 'p' || cfg->probe_item_id != item_id)
+		return;
+	v[0] = qname;
+	v[1] = Int64GetDatum(item_id);
+	v[2] = TimestampTzGetDatum(expiry);
+	queue_spi_exec(queue_prepare_cached(&probe_extend_plan, PROBE_EXTEND_SQL, 3, t),
+				   v, NULL, false, 0, SPI_OK_UPDATE, "extending breaker probe");
 }
 
 /*

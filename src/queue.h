@@ -316,6 +316,8 @@ extern void queue_worker_alive(Datum worker);
 /* breaker.c */
 extern BreakerGate queue_breaker_gate(const QueueConfig *cfg, Datum qname);
 extern void queue_breaker_probe_claimed(Datum qname, int64 probe_id, TimestampTz expiry);
+extern void queue_breaker_extended(const QueueConfig *cfg, Datum qname, int64 item_id,
+								   TimestampTz expiry);
 extern void queue_breaker_outcome(const QueueConfig *cfg, Datum qname, int64 item_id,
 								  bool success);
 extern void queue_breaker_released(const QueueConfig *cfg, Datum qname, int64 item_id);

@@ -224,7 +224,8 @@ DECLARE
 BEGIN
     SELECT w.session INTO v_prev FROM queue.worker_registry w WHERE w.worker = v_worker;
     -- NB: items before the worker row, the order offline recovery takes them in
-    FOR q IN SELECT c.queue_name, c.lease_timeout FROM queue.queue_config c ORDER BY 1 LOOP
+    FOR q IN SELECT c.queue_name, c.lease_timeout, c.breaker_state, c.probe_item_id
+               FROM queue.queue_config c ORDER BY 1 LOOP
         CONTINUE WHEN NOT queue._may_access(q.queue_name, 'worker');
         -- the leases of the worker's previous connection, if it has gone
         -- away: a claim whose reply may have been lost with it
@@ -253,6 +254,19 @@ BEGIN
            AND i.lease_expires_at > v_now;
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_total := v_total + v_n;
+        -- the half-open probe lasts as long as its lease (src/breaker.c);
+        -- the settings row is taken without waiting, as there
+        IF v_n > 0 AND q.breaker_state = 'probing' AND q.probe_item_id IS NOT NULL
+           AND EXISTS (SELECT 1 FROM queue.item_live i
+                        WHERE i.queue_name = q.queue_name AND i.item_id = q.probe_item_id
+                          AND i.worker = v_worker AND i.lease_expires_at = v_start + q.lease_timeout) THEN
+            WITH c AS (SELECT c0.queue_name FROM queue.queue_config c0
+                        WHERE c0.queue_name = q.queue_name AND c0.breaker_state = 'probing'
+                          AND c0.probe_item_id = q.probe_item_id
+                          FOR UPDATE SKIP LOCKED)
+            UPDATE queue.queue_config c1 SET probe_expires_at = v_start + q.lease_timeout
+              FROM c WHERE c1.queue_name = c.queue_name;
+        END IF;
         -- caps stay exact: an expired lease nobody re-claimed is revived
         -- like a claim, by extend_lease, which refuses it where a cap is full
         FOR r IN
