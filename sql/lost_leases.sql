@@ -221,6 +221,21 @@ SELECT paused, breaker_state FROM queue.queues WHERE queue_name = 'l_brk_op';
 SELECT count(*) AS handed_out FROM queue.dequeue('l_brk_op', 'w-other');
 SELECT queue.drop_queue('l_brk_rst', force => true), queue.drop_queue('l_brk_op', force => true);
 
+-- case: purge of items whose lease ran out and nobody re-claimed counts
+-- each lost lease once before removing them (as sweep would have), not
+-- again for one sweep counted already
+SELECT queue.create_queue('l_purge', max_attempts => 5);
+SELECT count(*) FROM queue.enqueue_batch('l_purge', array_fill('{}'::jsonb, ARRAY[3]));
+SELECT count(*) FROM queue.dequeue('l_purge', 'w-gone', lease_timeout => '10 ms');
+SELECT pg_sleep(0.05);
+SELECT recovered FROM queue.sweep('l_purge');
+SELECT count(*) FROM queue.dequeue('l_purge', 'w-gone', lease_timeout => '10 ms');
+SELECT pg_sleep(0.05);
+SELECT failed_1h FROM queue.stats('l_purge');
+SELECT queue.purge('l_purge') AS purged;
+SELECT failed_1h FROM queue.stats('l_purge');
+SELECT queue.drop_queue('l_purge', force => true);
+
 -- case: cancel of an item whose lease ran out and nobody re-claimed
 -- settles it first, as sweep or dequeue would: the lost lease counts once
 -- as a failed attempt (failed_1h, the dead letter's errors), then the item
