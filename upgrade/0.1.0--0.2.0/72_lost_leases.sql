@@ -188,3 +188,47 @@ COMMENT ON FUNCTION queue._sweep_queue(text) IS 'The per-queue work of sweep(), 
 
 
 REVOKE ALL ON FUNCTION queue._lease_lost(text, bigint) FROM PUBLIC;
+
+-- from schema/30_queues.sql: purge counts the lost leases it removes
+CREATE OR REPLACE FUNCTION queue.purge(queue_name text)
+RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_name text := queue._check_name(purge.queue_name);
+    v_n bigint;
+    v_lost boolean := false;
+    r record;
+BEGIN
+    PERFORM queue._check_access(v_name, 'reader');
+    -- a lease that ran out and nobody re-claimed is settled first, as sweep
+    -- would: counted once as a lost lease (a failed attempt and outcome)
+    FOR r IN
+        SELECT i.item_id FROM queue.item_live i
+         WHERE i.queue_name = v_name AND i.lease_token IS NOT NULL
+           AND i.lease_expires_at <= statement_timestamp() AND NOT i.lost_counted
+           AND i.cancel_requested_at IS NULL
+         ORDER BY i.item_id
+           FOR UPDATE
+    LOOP
+        IF queue._lease_lost(v_name, r.item_id) THEN
+            v_lost := true;
+        END IF;
+    END LOOP;
+    IF v_lost THEN
+        PERFORM queue._breaker_check(v_name);
+    END IF;
+    -- everything not under a current lease: queued, scheduled, on hold
+    WITH d AS (
+        DELETE FROM queue.item_live i
+         WHERE i.queue_name = v_name
+           AND NOT (i.lease_token IS NOT NULL AND i.lease_expires_at > statement_timestamp())
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM d;
+    PERFORM queue._event(v_name, NULL, 'purged', NULL, NULL, jsonb_build_object('items', v_n));
+    RETURN v_n;
+END
+$$;
+COMMENT ON FUNCTION queue.purge(text)
+    IS 'Deletes the queued, scheduled and on-hold items of a queue (not processing ones); returns how many';
+
