@@ -153,6 +153,7 @@ SELECT count(*) AS probes FROM queue.dequeue('b_one', 'w1', lease_timeout => '10
 SELECT pg_sleep(0.2);
 SELECT count(*) AS probe_after_lost_probe FROM queue.dequeue('b_one', 'w2');
 SELECT breaker_state FROM queue.queues WHERE queue_name = 'b_one';
+SELECT queue.desired_workers('b_one') AS desired_while_cooling;
 SELECT pg_sleep(1.5);
 SELECT breaker_state FROM queue.queues WHERE queue_name = 'b_one';
 SELECT count(*) AS probe_after_cooldown FROM queue.dequeue('b_one', 'w2');

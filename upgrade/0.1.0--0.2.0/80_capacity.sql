@@ -10,6 +10,9 @@ RETURNS text LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 BEGIN
     RETURN CASE
+             -- a probe whose lease ran out failed: cooling down again
+             WHEN c.breaker_state = 'probing' AND c.probe_expires_at <= now()
+                  AND now() < c.probe_expires_at + c.breaker_cooldown THEN 'breaker_open'
              WHEN c.breaker_state = 'probing' THEN 'half_open'
              WHEN c.breaker_state = 'open' AND c.breaker_opened_at + c.breaker_cooldown <= now()
                THEN 'half_open'

@@ -406,6 +406,9 @@ BEGIN
     -- operator before breaker: a manual pause shuts the gate, probes included
     RETURN CASE
              WHEN c.paused THEN 'paused'
+             -- a probe whose lease ran out failed: cooling down again
+             WHEN c.breaker_state = 'probing' AND c.probe_expires_at <= now()
+                  AND now() < c.probe_expires_at + c.breaker_cooldown THEN 'breaker_open'
              WHEN c.breaker_state = 'probing' THEN 'half_open'
              WHEN c.breaker_state = 'open' AND c.breaker_opened_at + c.breaker_cooldown <= now()
                THEN 'half_open'
