@@ -145,6 +145,7 @@ SELECT failed_1h FROM queue.stats('l_twice');
 SELECT count(*) FILTER (WHERE kind = 'recovered') AS recovered_events,
        count(*) FILTER (WHERE kind = 'failed') AS failed_events
   FROM queue.events WHERE queue_name = 'l_twice';
+
 -- case: a late release by the holder of a lease sweep already counted as
 -- lost is accepted (nobody re-claimed the item) but gives no attempt back:
 -- that attempt was counted as failed, so the next claim is the next
@@ -175,28 +176,28 @@ SELECT queue.drop_queue('l_rel', force => true);
 -- case: a lease already counted as lost is not counted again when offline
 -- recovery or a restart ends it later: one failed attempt, one errors
 -- entry, one recovered; the old token stops working all the same
-SELECT queue.create_queue('l_twice', max_attempts => 5);
-SELECT queue.enqueue('l_twice', '{"n": 1}') AS l_twice_1 \gset
-SELECT queue.enqueue('l_twice', '{"n": 2}') AS l_twice_2 \gset
-CREATE TEMP TABLE l_twice_held AS
-SELECT item_id, lease_token FROM queue.dequeue('l_twice', 'w-twice-off', lease_timeout => '10 ms');
-INSERT INTO l_twice_held
-SELECT item_id, lease_token FROM queue.dequeue('l_twice', 'w-twice-rst', lease_timeout => '10 ms');
+SELECT queue.create_queue('l_twice2', max_attempts => 5);
+SELECT queue.enqueue('l_twice2', '{"n": 1}') AS l_twice2_1 \gset
+SELECT queue.enqueue('l_twice2', '{"n": 2}') AS l_twice2_2 \gset
+CREATE TEMP TABLE l_twice2_held AS
+SELECT item_id, lease_token FROM queue.dequeue('l_twice2', 'w-twice-off', lease_timeout => '10 ms');
+INSERT INTO l_twice2_held
+SELECT item_id, lease_token FROM queue.dequeue('l_twice2', 'w-twice-rst', lease_timeout => '10 ms');
 SELECT pg_sleep(0.05);
-SELECT recovered FROM queue.sweep('l_twice');
-SELECT failed_1h FROM queue.stats('l_twice');
+SELECT recovered FROM queue.sweep('l_twice2');
+SELECT failed_1h FROM queue.stats('l_twice2');
 UPDATE queue.worker_registry SET last_seen = now() - interval '1 h' WHERE worker = 'w-twice-off';
-SELECT recovered, dead_lettered FROM queue.sweep('l_twice');
+SELECT recovered, dead_lettered FROM queue.sweep('l_twice2');
 SELECT queue.register_worker('w-twice-rst', restart => true);
-SELECT failed_1h FROM queue.stats('l_twice');
-SELECT i.item_id = :l_twice_1 AS first, i.state, i.attempt, i.worker,
+SELECT failed_1h FROM queue.stats('l_twice2');
+SELECT i.item_id = :l_twice2_1 AS first, i.state, i.attempt, i.worker,
        jsonb_array_length(l.errors) AS errors
   FROM queue.items i JOIN queue.item_live l USING (queue_name, item_id)
- WHERE i.queue_name = 'l_twice' ORDER BY i.item_id;
-SELECT count(*) AS failure_rows FROM queue.failure_log WHERE queue_name = 'l_twice';
-SELECT queue.complete('l_twice', item_id, lease_token) AS old_token_completes FROM l_twice_held;
-SELECT attempt FROM queue.dequeue('l_twice', 'w-next', batch_size => 2);
-SELECT queue.drop_queue('l_twice', force => true);
+ WHERE i.queue_name = 'l_twice2' ORDER BY i.item_id;
+SELECT count(*) AS failure_rows FROM queue.failure_log WHERE queue_name = 'l_twice2';
+SELECT queue.complete('l_twice2', item_id, lease_token) AS old_token_completes FROM l_twice2_held;
+SELECT attempt FROM queue.dequeue('l_twice2', 'w-next', batch_size => 2);
+SELECT queue.drop_queue('l_twice2', force => true);
 
 -- case: lost leases counted outside sweep and dequeue judge the breaker at
 -- once, like any other failure: a restart that ends leases, and a hold or
