@@ -166,9 +166,11 @@ CREATE INDEX item_done_default_queue_completed_idx ON queue.item_done_default (q
 -- a worker's completions by time: the workers view's 24-hour counts
 CREATE INDEX item_done_default_worker_idx ON queue.item_done_default (worker, completed_at);
 
+-- The columns the contract lists come first, in its order (what SELECT *
+-- shows); the primary key still leads with the queue.
 CREATE TABLE queue.dead_letters (
-    queue_name     text        NOT NULL,
     item_id        bigint      NOT NULL,
+    queue_name     text        NOT NULL,
     payload        jsonb       NOT NULL,
     progress       jsonb,
     attempts       int         NOT NULL,
@@ -181,12 +183,12 @@ CREATE TABLE queue.dead_letters (
     dead_at        timestamptz NOT NULL DEFAULT now(),
     review_status  text        NOT NULL DEFAULT 'new'
                    CHECK (review_status IN ('new', 'in_review', 'resolved', 'rejected')),
-    review_note    text,
-    reviewed_at    timestamptz,
     replayed_as    bigint,
     dedup_key      text,
     correlation_id text,
     enqueued_at    timestamptz NOT NULL,
+    review_note    text,
+    reviewed_at    timestamptz,
     priority       int         NOT NULL DEFAULT 2,
     max_attempts   int,
     worker         text,
@@ -263,9 +265,10 @@ CREATE TABLE queue.queue_grant (
     PRIMARY KEY (queue_name, access, grantee)
 );
 
+-- event_id and alert_id come first, as the contract lists the columns.
 CREATE TABLE queue.events (
-    queue_name text        NOT NULL,
     event_id   bigint      NOT NULL DEFAULT nextval('queue.event_id_seq'),
+    queue_name text        NOT NULL,
     item_id    bigint,
     at         timestamptz NOT NULL DEFAULT now(),
     kind       text        NOT NULL,
@@ -279,8 +282,8 @@ CREATE INDEX events_default_at_idx ON queue.events_default (queue_name, at);
 CREATE INDEX events_default_item_idx ON queue.events_default (queue_name, item_id) WHERE item_id IS NOT NULL;
 
 CREATE TABLE queue.alerts (
-    queue_name text        NOT NULL,
     alert_id   bigint      NOT NULL DEFAULT nextval('queue.alert_id_seq'),
+    queue_name text        NOT NULL,
     kind       text        NOT NULL,
     message    text        NOT NULL,
     details    jsonb       NOT NULL DEFAULT '{}',

@@ -35,3 +35,5 @@ SELECT (SELECT array_agg(k) FROM (SELECT json_object_keys(row_to_json(e)) AS k L
   FROM queue.events e WHERE queue_name = 'q_cols' AND kind = 'enqueued';
 SELECT (SELECT array_agg(k) FROM (SELECT json_object_keys(row_to_json(a)) AS k LIMIT 2) x) AS first_two
   FROM queue.alerts a WHERE queue_name = 'q_cols' AND kind = 'dead_letters';
+
+SELECT queue.drop_queue('q_cols', force => true);

@@ -77,8 +77,18 @@ BEGIN
     CREATE INDEX failure_log_default_at_idx ON queue.failure_log_default (queue_name, at);
     CREATE INDEX failure_log_default_worker_idx ON queue.failure_log_default (worker, at);
 
-    CREATE TABLE queue.events (LIKE queue.events_upgraded INCLUDING DEFAULTS INCLUDING CONSTRAINTS)
-        PARTITION BY RANGE (at);
+    -- events in the contract's column order (event_id first); the old
+    -- table keeps its order as a partition, which maps columns by name
+    CREATE TABLE queue.events (
+        event_id   bigint      NOT NULL DEFAULT nextval('queue.event_id_seq'),
+        queue_name text        NOT NULL,
+        item_id    bigint,
+        at         timestamptz NOT NULL DEFAULT now(),
+        kind       text        NOT NULL,
+        worker     text,
+        attempt    int,
+        details    jsonb       NOT NULL DEFAULT '{}'
+    ) PARTITION BY RANGE (at);
     CREATE TABLE queue.events_default PARTITION OF queue.events DEFAULT;
     ALTER TABLE queue.events_default ADD PRIMARY KEY (queue_name, event_id);
     CREATE INDEX events_default_at_idx ON queue.events_default (queue_name, at);
