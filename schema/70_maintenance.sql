@@ -958,17 +958,23 @@ BEGIN
                   DETAIL = format('pg_cron runs its jobs from the database named by cron.database_name (now %s).',
                                   coalesce(quote_literal(current_setting('cron.database_name', true)),
                                            'not set: pg_cron is not loaded')),
-                  HINT = 'Add pg_cron to shared_preload_libraries, restart the server, and run CREATE EXTENSION pg_cron in that database; or schedule SELECT queue.sweep() and SELECT queue.snapshot_metrics() with another scheduler.';
+                  HINT = 'Add pg_cron to shared_preload_libraries, restart the server, and run CREATE EXTENSION pg_cron in that database; or schedule CALL queue.run_sweep() and SELECT queue.snapshot_metrics() with another scheduler.';
     END IF;
 END
 $$;
 COMMENT ON FUNCTION queue._require_pg_cron() IS 'Fails with a hint (55000) unless pg_cron is installed in this database';
 
+-- pg_cron can only be created in the database cron.database_name names,
+-- and keeps every job there: enable_cron() and disable_cron() called in
+-- another database cannot reach it, so they fail (55000) naming that
+-- database, with a hint that is the exact calls to run there.
 CREATE FUNCTION queue.enable_cron(sweep_schedule text DEFAULT '* * * * *',
                                   metrics_schedule text DEFAULT '* * * * *')
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
+DECLARE
+    v_db text := current_setting('cron.database_name', true);
 BEGIN
     IF enable_cron.sweep_schedule IS NULL OR enable_cron.metrics_schedule IS NULL THEN
         RAISE EXCEPTION '% must not be null',
@@ -976,6 +982,18 @@ BEGIN
                              ELSE 'metrics_schedule' END
             USING ERRCODE = 'null_value_not_allowed',
                   HINT = 'Leave the argument out for every minute (''* * * * *''), or use disable_cron() to stop the jobs.';
+    END IF;
+    IF v_db IS NOT NULL AND v_db <> '' AND v_db <> current_database()
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_cron') THEN
+        RAISE EXCEPTION 'pg_cron runs in database "%", not in "%"', v_db, current_database()
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'pg_cron keeps its jobs in the database named by cron.database_name; the jobs of this database must be created there.',
+                  HINT = format('Run once in database %s: SELECT cron.schedule_in_database(%L, %L, %L, %L); SELECT cron.schedule_in_database(%L, %L, %L, %L);',
+                                quote_ident(v_db),
+                                'queue_sweep_' || current_database(), enable_cron.sweep_schedule,
+                                'CALL queue.run_sweep()', current_database(),
+                                'queue_snapshot_metrics_' || current_database(), enable_cron.metrics_schedule,
+                                'SELECT queue.snapshot_metrics()', current_database());
     END IF;
     PERFORM queue._require_pg_cron();
     -- scheduling by name replaces a job of the same name: enabling twice
@@ -995,7 +1013,18 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_job bigint;
+    v_db text := current_setting('cron.database_name', true);
 BEGIN
+    IF v_db IS NOT NULL AND v_db <> '' AND v_db <> current_database()
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_cron') THEN
+        RAISE EXCEPTION 'pg_cron runs in database "%", not in "%"', v_db, current_database()
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'pg_cron keeps its jobs in the database named by cron.database_name; the jobs of this database must be removed there.',
+                  HINT = format('Run in database %s: SELECT cron.unschedule(jobid) FROM cron.job WHERE database = %L AND jobname IN (%L, %L);',
+                                quote_ident(v_db), current_database(),
+                                'queue_sweep_' || current_database(),
+                                'queue_snapshot_metrics_' || current_database());
+    END IF;
     PERFORM queue._require_pg_cron();
     FOR v_job IN
         SELECT j.jobid FROM cron.job j

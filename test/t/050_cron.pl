@@ -35,10 +35,11 @@ $node->safe_psql('nocron', 'CREATE EXTENSION queue');
 my ($rc, $out, $err) = $node->psql('nocron',
 	"\\set VERBOSITY verbose\nSELECT queue.enable_cron()");
 isnt($rc, 0, 'enable_cron fails without pg_cron');
-like($err, qr/55000: pg_cron is not installed in database "nocron"/,
-	'the error names pg_cron and the database, SQLSTATE 55000');
-like($err, qr/HINT:.*shared_preload_libraries.*CREATE EXTENSION pg_cron/,
-	'the hint says how to install pg_cron');
+like($err, qr/55000: pg_cron runs in database "postgres", not in "nocron"/,
+	'the error names the database pg_cron runs in and this one, SQLSTATE 55000');
+like($err,
+	qr/HINT:  Run once in database postgres: SELECT cron\.schedule_in_database\('queue_sweep_nocron', '\* \* \* \* \*', 'CALL queue\.run_sweep\(\)', 'nocron'\)/,
+	'the hint is the call that creates the sweep job there');
 is($node->safe_psql('nocron', q{SELECT count(*) FROM queue.sweep()}), '0',
 	'the extension works without pg_cron');
 
