@@ -857,6 +857,21 @@ if want refused; then
 		        FROM queue.history WHERE queue_name = 't_refused' AND payload ? 'big'")" t
 fi
 
+# -- case: --idle-exit asks the queue once more before it exits ----------
+# An item that became claimable since the last poll (a run_at or a backoff
+# coming due sends no notification) is still taken: with --idle-exit
+# shorter than --poll, the worker polls at the idle deadline instead of
+# exiting on the strength of a poll made before it.
+if want idle; then
+	sql "SELECT queue.create_queue('t_idle')" >/dev/null
+	sql "SELECT queue.enqueue('t_idle', '{\"n\": 1}', run_at => now() + interval '1 s')" >/dev/null
+	worker t_idle idle1 --poll 30s --idle-exit 2s --exec true
+	is "idle: worker exits 0 on --idle-exit" "$?" 0
+	is "idle: the item that came due before the idle deadline was done" \
+		"$(sql "SELECT count(*) FROM queue.history WHERE queue_name = 't_idle'")" 1
+	like "idle: the log says why it stopped" "$(cat "$LOG/idle1.log")" 'no work for 2 s \(--idle-exit\)'
+fi
+
 if [ -n "$SANITIZED" ]; then
 	reports=$(grep -l -E 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$LOG"/* 2>/dev/null)
 	is "sanitizers: no report in any log" "$reports" ""
