@@ -41,6 +41,7 @@ typedef struct Loop
 	double		next_claim;		/* when to ask dequeue again */
 	double		next_heartbeat;	/* when to call heartbeat again */
 	double		last_work;		/* when the worker last held an item */
+	double		last_ask;		/* when a claim last came back empty or failed */
 	double		poll_delay;		/* current polling interval */
 	long		claimed_budget; /* items --max-items still allows */
 	bool		fatal_error;	/* claiming is impossible: wind down */
@@ -332,6 +333,7 @@ claim_step(Loop *lp)
 		lp->next_claim = 0;
 		return true;
 	}
+	lp->last_ask = now_mono();
 	if (got < 0 && (!strcmp(sqlstate, "42704") || !strcmp(sqlstate, "42501") ||
 					!strcmp(sqlstate, "22023") || !strcmp(sqlstate, "22004")))
 	{
@@ -365,6 +367,16 @@ time_to_exit(Loop *lp)
 		}
 		if (opt.idle_exit > 0 && now_mono() - lp->last_work >= opt.idle_exit)
 		{
+			/*
+			 * Ask once more at the deadline before giving up: an item whose
+			 * run_at or backoff came due since the last poll sends no
+			 * notification, and --poll may be longer than --idle-exit.
+			 */
+			if (claim_allowed(lp) && lp->last_ask < lp->last_work + opt.idle_exit)
+			{
+				lp->next_claim = 0;
+				return false;
+			}
 			log_msg("no work for %.0f s (--idle-exit)", opt.idle_exit);
 			return true;
 		}
