@@ -467,6 +467,8 @@ EOS
 		"$(sql "SELECT attempt || ' ' || error_code
 		        FROM queue.item('t_outlive', (SELECT item_id FROM queue.items WHERE queue_name = 't_outlive'))" 2>&1)" \
 		"1 WORKER_STOPPED"
+	like "grace: the log tells the outcome of a stopped command, not a release it did not make" \
+		"$(grep -E 'still running at the end of the grace period|WORKER_STOPPED' "$LOG/outlive1.log" | grep -c 'releasing')" '^0$'
 fi
 
 # -- case: a command's own children do not outlive its item ---------------
