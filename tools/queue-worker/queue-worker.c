@@ -258,7 +258,7 @@ enforce_deadlines(void)
 		}
 		if (shutting_down && t >= grace_until && !it->stopping && !it->lost && !it->refused)
 		{
-			log_msg("item %s still running at the end of the grace period; stopping it and releasing the item",
+			log_msg("item %s still running at the end of the grace period; stopping it",
 					it->id);
 			it->stopping = true;
 			item_kill(it, SIGTERM);
