@@ -85,6 +85,9 @@ SELECT queue.enqueue('q_enq', jsonb_build_object('s', repeat('x', 135)));
 SELECT queue.enqueue_batch('q_enq', ARRAY['{"ok": 1}'::jsonb, jsonb_build_object('s', repeat('x', 135))]);
 \echo :LAST_ERROR_SQLSTATE
 RESET queue.max_payload_bytes;
+-- the default reads as the contract gives it, a number of bytes
+SHOW queue.max_payload_bytes;
+SELECT current_setting('queue.max_payload_bytes')::int AS default_bytes;
 SELECT queue.enqueue('q_enq', jsonb_build_object('s', repeat('x', 135))) IS NOT NULL AS default_limit_ok;
 SELECT count(*) AS items FROM queue.items WHERE queue_name = 'q_enq';
 
