@@ -86,7 +86,7 @@ static const QueueGuc queue_gucs[] = {
 		"Largest payload, in bytes of stored jsonb, that enqueue accepts.",
 		NULL,
 		&queue_max_payload_bytes, QUEUE_DEFAULT_MAX_PAYLOAD_BYTES, 1, MaxAllocSize,
-		NULL, PGC_SUSET, GUC_UNIT_BYTE},
+		NULL, PGC_SUSET, 0},		/* a number of bytes, shown as one */
 	{"queue.worker_offline_after",
 		"Time without a sign of life after which a worker is offline.",
 		"The sweeper then releases the worker's leases at once.",
