@@ -122,6 +122,18 @@ SELECT * FROM queue.health('o_fleet');
 UPDATE queue.worker_registry SET last_seen = now() - interval '1 h' WHERE worker = 'o-bot-gone';
 SELECT * FROM queue.health('o_fleet');
 
+-- case: the p95 run time in the stalled-lease reason keeps its fraction of a
+-- second: 0.2 s, not 00:00:00
+SELECT queue.create_queue('o_fast');
+INSERT INTO queue.item_done (queue_name, item_id, payload, attempts, enqueued_at, claimed_at, completed_at)
+SELECT 'o_fast', nextval('queue.item_id_seq'), '{}', 1, now() - interval '1 min',
+       now() - interval '20 s', now() - interval '20 s' + interval '0.2 s'
+  FROM generate_series(1, 3) g;
+SELECT count(*) FROM queue.enqueue('o_fast', '{}');
+SELECT count(*) FROM queue.dequeue('o_fast', 'o-bot-fast');
+UPDATE queue.item_live SET claimed_at = now() - interval '10 s' WHERE queue_name = 'o_fast';
+SELECT * FROM queue.health('o_fast');
+
 -- case: failure rate over half the breaker threshold (breaker_window,
 -- breaker_min_samples): warning; below min_samples: nothing
 SELECT queue.create_queue('o_rate', breaker_threshold => 0.8, breaker_min_samples => 4);
@@ -178,7 +190,7 @@ SELECT l FROM regexp_split_to_table(:'prom', E'\n') AS l
  WHERE (l LIKE '%queue="o\_stats"%' AND l NOT LIKE 'queue_oldest%') OR l LIKE '# TYPE %' ORDER BY l;
 
 SELECT queue.drop_queue(q, force => true)
-  FROM unnest(ARRAY['o_stats', 'o_empty', 'o_big', 'o_sla', 'o_backlog', 'o_fleet', 'o_rate']) AS q;
+  FROM unnest(ARRAY['o_stats', 'o_empty', 'o_big', 'o_sla', 'o_backlog', 'o_fleet', 'o_fast', 'o_rate']) AS q;
 
 -- case: messages say intervals as people do: whole seconds without a
 -- decimal, fractions to a tenth, round minutes, hours and days by name
