@@ -42,6 +42,18 @@ CREATE FUNCTION queue._say_duration(p interval) RETURNS text
 $$;
 COMMENT ON FUNCTION queue._say_duration(interval) IS 'A duration as HH:MM:SS, independent of IntervalStyle';
 
+-- A run time as people say it: seconds with their fraction under a minute
+-- (0.2 s, 2.9 s, 45 s; to the millisecond below one second), HH:MM:SS above.
+CREATE FUNCTION queue._say_run_time(p interval) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN p < interval '1 min'
+                THEN trim_scale(round(extract(epoch FROM p),
+                                      CASE WHEN p < interval '1 s' THEN 3 ELSE 1 END))::text || ' s'
+                ELSE queue._say_duration(p)
+           END
+$$;
+COMMENT ON FUNCTION queue._say_run_time(interval) IS 'A run time as 0.2 s, 2.9 s or HH:MM:SS';
+
 -- The worker_offline check of each queue reads only the workers that
 -- could have gone offline since its previous check: those whose last sign
 -- of life fell between that check's cutoff and this one's (the index on
@@ -190,7 +202,7 @@ BEGIN
     IF v_n > 0 THEN
         PERFORM queue._raise_alert(p_queue, 'stalled_lease',
             format('queue %s: %s lease%s held longer than 3x the p95 run time (%s)', p_queue, v_n,
-                   CASE WHEN v_n > 1 THEN 's' ELSE '' END, queue._say_duration(s.run_p95)),
+                   CASE WHEN v_n > 1 THEN 's' ELSE '' END, queue._say_run_time(s.run_p95)),
             jsonb_build_object('leases', v_n, 'run_p95', extract(epoch FROM s.run_p95)));
     ELSE
         PERFORM queue._clear_alert(p_queue, 'stalled_lease');

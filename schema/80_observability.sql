@@ -314,7 +314,7 @@ BEGIN
             v_level := greatest(v_level, 1);
             reasons := reasons || format('%s lease%s held longer than 3x the p95 run time (%s)', v_n,
                                          CASE WHEN v_n > 1 THEN 's' ELSE '' END,
-                                         queue._say_duration(s.run_p95));
+                                         queue._say_run_time(s.run_p95));
         END IF;
     END IF;
 

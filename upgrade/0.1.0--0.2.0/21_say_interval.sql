@@ -1,4 +1,5 @@
--- Messages say a whole number of seconds without a decimal (30 s).
+-- Messages say a whole number of seconds without a decimal (30 s), and a
+-- p95 run time with its fraction of a second (0.2 s).
 
 -- An interval the way people say it: '10 min', '1 h', '30 s'.
 CREATE OR REPLACE FUNCTION queue._say_interval(p interval) RETURNS text
@@ -16,3 +17,15 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION queue._say_interval(interval) IS 'An interval as people say it: 10 min, 1 h, 30 s';
+
+-- A run time as people say it: seconds with their fraction under a minute
+-- (0.2 s, 2.9 s, 45 s; to the millisecond below one second), HH:MM:SS above.
+CREATE OR REPLACE FUNCTION queue._say_run_time(p interval) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN p < interval '1 min'
+                THEN trim_scale(round(extract(epoch FROM p),
+                                      CASE WHEN p < interval '1 s' THEN 3 ELSE 1 END))::text || ' s'
+                ELSE queue._say_duration(p)
+           END
+$$;
+COMMENT ON FUNCTION queue._say_run_time(interval) IS 'A run time as 0.2 s, 2.9 s or HH:MM:SS';

@@ -192,7 +192,7 @@ BEGIN
             v_level := greatest(v_level, 1);
             reasons := reasons || format('%s lease%s held longer than 3x the p95 run time (%s)', v_n,
                                          CASE WHEN v_n > 1 THEN 's' ELSE '' END,
-                                         queue._say_duration(s.run_p95));
+                                         queue._say_run_time(s.run_p95));
         END IF;
     END IF;
 
@@ -362,7 +362,7 @@ BEGIN
     IF v_n > 0 THEN
         PERFORM queue._raise_alert(p_queue, 'stalled_lease',
             format('queue %s: %s lease%s held longer than 3x the p95 run time (%s)', p_queue, v_n,
-                   CASE WHEN v_n > 1 THEN 's' ELSE '' END, queue._say_duration(s.run_p95)),
+                   CASE WHEN v_n > 1 THEN 's' ELSE '' END, queue._say_run_time(s.run_p95)),
             jsonb_build_object('leases', v_n, 'run_p95', extract(epoch FROM s.run_p95)));
     ELSE
         PERFORM queue._clear_alert(p_queue, 'stalled_lease');
