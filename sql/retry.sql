@@ -43,6 +43,24 @@ SELECT state, run_at = now() + interval '90 s' AS retry_90s
   FROM queue.items WHERE queue_name = 'q_retry' AND item_id = :r3;
 COMMIT;
 
+-- case: retry_in is used exactly also in calendar units: a month is a
+-- calendar month, a day a calendar day in the session's time zone
+SELECT queue.enqueue('q_retry', '{"r": 31}') AS r31 \gset
+SELECT queue.enqueue('q_retry', '{"r": 32}') AS r32 \gset
+SELECT array_agg(item_id ORDER BY item_id) AS mids, array_agg(lease_token ORDER BY item_id) AS mtoks
+  FROM queue.dequeue('q_retry', 'w1', 2) \gset
+BEGIN;
+SET LOCAL timezone = 'America/New_York';
+SELECT queue.fail('q_retry', (:'mids'::bigint[])[1], (:'mtoks'::bigint[])[1], 'next month',
+                  retry_in => '1 mon');
+SELECT queue.fail('q_retry', (:'mids'::bigint[])[2], (:'mtoks'::bigint[])[2], 'see you',
+                  retry_in => '1 mon 3 days 2 h');
+SELECT item_id = :r31 AS first, run_at = now() + CASE WHEN item_id = :r31 THEN interval '1 mon'
+                                                      ELSE interval '1 mon 3 days 2 h' END AS exact
+  FROM queue.items WHERE queue_name = 'q_retry' AND item_id IN (:r31, :r32) ORDER BY item_id;
+COMMIT;
+SELECT queue.cancel('q_retry', :r31), queue.cancel('q_retry', :r32);
+
 -- case: the last attempt's transient failure makes a dead letter (max_attempts)
 SELECT queue.enqueue('q_retry', '{"r": 4}', correlation_id => 'c-4') AS r4 \gset
 SELECT lease_token AS t FROM queue.dequeue('q_retry', 'w1') \gset
