@@ -176,8 +176,8 @@ static SPIPlanPtr cancel_end_plan = NULL;
 #define RETRY_SQL_WITH(attempt, worker) \
 	"UPDATE queue.item_live " \
 	"   SET lease_token = NULL, lease_expires_at = NULL, worker = NULL, " \
-	"       visible_at = pg_catalog.now()" OP("+") "pg_catalog.make_interval(secs => $3), " \
-	"       run_at = pg_catalog.now()" OP("+") "pg_catalog.make_interval(secs => $3), " \
+	"       visible_at = pg_catalog.now()" OP("+") "$3, " \
+	"       run_at = pg_catalog.now()" OP("+") "$3, " \
 	"       priority = base_priority, last_error = $4, error_code = $5, " \
 	"       errors = errors" OP("||") "pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(" \
 	"         'attempt', " attempt ", 'at', pg_catalog.now(), 'worker', " worker ", " \
@@ -960,16 +960,27 @@ queue_fail(PG_FUNCTION_ARGS)
 	}
 	else
 	{
-		Oid			rt[7] = {TEXTOID, INT8OID, FLOAT8OID, TEXTOID, TEXTOID, INT4OID, TEXTOID};
+		Oid			rt[7] = {TEXTOID, INT8OID, INTERVALOID, TEXTOID, TEXTOID, INT4OID, TEXTOID};
 		Datum		rv[7];
 		char		rn[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 		char		details[128];
+		Interval	backoff;
 
-		if (retry_s < 0)
-			retry_s = backoff_seconds(&cfg, attempt);
 		rv[0] = values[0];
 		rv[1] = values[1];
-		rv[2] = Float8GetDatum(retry_s);
+		if (retry_s < 0)
+		{
+			/* the backoff, a duration in microseconds */
+			retry_s = backoff_seconds(&cfg, attempt);
+			memset(&backoff, 0, sizeof(backoff));
+			backoff.time = (int64) rint(retry_s * USECS_PER_SEC);
+			rv[2] = IntervalPGetDatum(&backoff);
+		}
+		else
+		{
+			/* retry_in as given: a month is a calendar month, a day a calendar day */
+			rv[2] = PG_GETARG_DATUM(6);
+		}
 		rv[3] = PG_GETARG_DATUM(3);
 		rv[4] = PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4);
 		rn[4] = PG_ARGISNULL(4) ? 'n' : ' ';
