@@ -267,4 +267,26 @@ SELECT failed_1h FROM queue.stats('l_cancel3');
 SELECT jsonb_array_length(errors) AS errors FROM queue.dead_letters WHERE item_id = :l_cancel3_b;
 SELECT queue.drop_queue('l_cancel', force => true), queue.drop_queue('l_cancel3', force => true);
 
+-- case: an item whose lease ran out and that is past its expires_at is
+-- dead-lettered (expired) by the dequeue that meets it, and its lost lease
+-- counts once as a failed attempt there too, as when sweep meets it
+-- (failed_1h, a failed event, an entry in the dead letter's errors)
+SELECT queue.create_queue('l_exp_deq', max_attempts => 5);
+SELECT queue.create_queue('l_exp_swp', max_attempts => 5);
+SELECT queue.enqueue('l_exp_deq', '{}', expires_at => now() + interval '300 ms') AS l_exp_deq_id \gset
+SELECT queue.enqueue('l_exp_swp', '{}', expires_at => now() + interval '300 ms') AS l_exp_swp_id \gset
+SELECT count(*) FROM queue.dequeue('l_exp_deq', 'w-gone', lease_timeout => '10 ms');
+SELECT count(*) FROM queue.dequeue('l_exp_swp', 'w-gone', lease_timeout => '10 ms');
+SELECT pg_sleep(0.4);
+SELECT count(*) AS handed_out FROM queue.dequeue('l_exp_deq', 'w-new');
+SELECT recovered, expired FROM queue.sweep('l_exp_swp');
+SELECT d.queue_name, d.reason, d.attempts, d.last_error, jsonb_array_length(d.errors) AS errors,
+       d.errors -> 0 ->> 'error_code' AS code, s.failed_1h
+  FROM queue.dead_letters d JOIN queue.stats() s USING (queue_name)
+ WHERE d.item_id IN (:l_exp_deq_id, :l_exp_swp_id) ORDER BY d.queue_name;
+SELECT queue_name, kind, attempt, worker FROM queue.events
+ WHERE queue_name IN ('l_exp_deq', 'l_exp_swp') AND kind IN ('failed', 'expired')
+ ORDER BY queue_name, event_id;
+SELECT queue.drop_queue('l_exp_deq', force => true), queue.drop_queue('l_exp_swp', force => true);
+
 SELECT queue.drop_queue(q, force => true) FROM unnest('{l_lost,l_deq,l_spent,l_off,l_rec,l_late,l_hold,l_hold3,l_twice}'::text[]) q;
