@@ -56,6 +56,7 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     r queue.item_live;
+    v_lost boolean := false;
 BEGIN
     DELETE FROM queue.item_live
      WHERE queue_name = p_queue AND item_id = p_item_id
@@ -82,6 +83,18 @@ BEGIN
             p_queue, p_item_id, r.attempt, r.worker, 'lease_expired', r.last_error, r.error_code,
             CASE WHEN p_error IS NULL THEN r.lease_expires_at END));
     ELSIF p_reason = 'expired' THEN
+        -- an expired item whose lease ran out and that nobody counted yet
+        -- (a dequeue or an enqueue met it before sweep did): its lost lease
+        -- is a failed attempt, counted once, as sweep counts it first
+        IF r.lease_token IS NOT NULL AND NOT r.lost_counted
+           AND r.lease_expires_at <= statement_timestamp() THEN
+            r.last_error := 'lease expired';
+            r.error_code := 'lease_expired';
+            r.errors := r.errors || jsonb_build_array(queue._record_failure(
+                p_queue, p_item_id, r.attempt, r.worker, 'lease_expired', r.last_error,
+                r.error_code, r.lease_expires_at));
+            v_lost := true;
+        END IF;
         r.last_error := coalesce(r.last_error, 'expired');
     ELSIF p_reason = 'cancelled' THEN
         IF p_error IS NOT NULL THEN
@@ -116,7 +129,7 @@ BEGIN
     PERFORM queue._raise_alert(p_queue, 'dead_letters',
                                format('queue %s has new dead letters', p_queue),
                                jsonb_build_object('first_item_id', p_item_id, 'reason', p_reason));
-    IF p_reason = 'lease_expired' THEN
+    IF p_reason = 'lease_expired' OR v_lost THEN
         PERFORM queue._breaker_check(p_queue);
     END IF;
 END
