@@ -99,4 +99,23 @@ SET queue.max_payload_bytes = 10;
 RESET ROLE;
 DROP ROLE regress_queue_plain;
 
+-- case: a run_at of 'infinity' never comes: enqueue, enqueue_batch and
+-- release refuse it (22023), so no item waits forever looking scheduled
+-- (hold parks an item); a run_at of '-infinity' is a time in the past:
+-- claimable at once, as any backdated run_at
+SELECT queue.create_queue('q_enq_inf');
+SELECT queue.enqueue('q_enq_inf', '{}', run_at => 'infinity');
+\echo :LAST_ERROR_SQLSTATE
+SELECT queue.enqueue_batch('q_enq_inf', ARRAY['{}'::jsonb], run_at => 'infinity');
+\echo :LAST_ERROR_SQLSTATE
+SELECT queue.enqueue('q_enq_inf', '{"past": true}', run_at => '-infinity') AS inf_id \gset
+SELECT state FROM queue.items WHERE queue_name = 'q_enq_inf' AND item_id = :inf_id;
+SELECT item_id = :inf_id AS claimed, lease_token AS inf_tok FROM queue.dequeue('q_enq_inf', 'w1') \gset
+SELECT :'claimed' AS claimed;
+SELECT queue.release('q_enq_inf', :inf_id, :inf_tok, run_at => 'infinity');
+\echo :LAST_ERROR_SQLSTATE
+SELECT state FROM queue.items WHERE queue_name = 'q_enq_inf' AND item_id = :inf_id;
+SELECT queued, scheduled, processing, on_hold FROM queue.stats('q_enq_inf');
+SELECT queue.drop_queue('q_enq_inf', force => true);
+
 SELECT queue.drop_queue('q_enq', force => true);
