@@ -1022,6 +1022,8 @@ queue_release(PG_FUNCTION_ARGS)
 	Datum		values[4];
 	bool		done;
 
+	if (!PG_ARGISNULL(3))
+		queue_check_run_at(PG_GETARG_TIMESTAMPTZ(3));
 	values[0] = CStringGetTextDatum(queue_name);
 	values[1] = PG_GETARG_DATUM(1);
 	values[2] = PG_GETARG_DATUM(2);

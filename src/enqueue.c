@@ -278,6 +278,7 @@ resolve_common(const QueueConfig *cfg, FunctionCallInfo fcinfo,
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 
 	*run_at = PG_ARGISNULL(run_at_arg) ? now : PG_GETARG_TIMESTAMPTZ(run_at_arg);
+	queue_check_run_at(*run_at);
 
 	*has_expires = false;
 	if (!PG_ARGISNULL(expires_arg))

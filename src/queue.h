@@ -213,6 +213,7 @@ extern void queue_check_payload(Datum payload, const char *argname);
 extern void queue_check_jsonb_size(Datum value, const char *argname);
 extern void queue_check_text_size(Datum value, const char *argname);
 extern void queue_check_worker(Datum worker, bool isnull);
+extern void queue_check_run_at(TimestampTz run_at);
 extern void queue_check_positive_interval(Interval *iv, const char *argname);
 extern void queue_check_interval_bound(Interval *iv, const char *argname);
 extern double queue_interval_seconds(const Interval *iv);

@@ -212,6 +212,22 @@ queue_check_interval_bound(Interval *iv, const char *argname)
 }
 
 /*
+ * queue_check_run_at
+ *		A run_at (enqueue, enqueue_batch, release) is a time that comes:
+ *		'infinity' would leave the item scheduled for ever, looking like a
+ *		held one to the claim index.  '-infinity' is a time in the past.
+ */
+void
+queue_check_run_at(TimestampTz run_at)
+{
+	if (TIMESTAMP_IS_NOEND(run_at))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("run_at must not be infinity"),
+				 errhint("An item due at 'infinity' would never run; pass a time, or park the item with queue.hold().")));
+}
+
+/*
  * queue_check_positive_interval
  *		Durations such as a lease must be longer than zero, and bounded.
  */
