@@ -171,6 +171,40 @@ SELECT dedup_key, count(*) AS live FROM queue.items WHERE queue_name = 'q_expire
  GROUP BY dedup_key ORDER BY dedup_key;
 SELECT queue.complete('q_expired_key', :x4, :x4_token) AS late_complete_of_processing;
 
+-- case: a live item holding the key wins over a completion within the
+-- dedup window: enqueue and enqueue_batch return the live item's id (a key
+-- completed before the window was set, or replayed within it, is held
+-- again by a live item); once the live holder is past its expires_at it
+-- holds nothing and the completion stands
+SELECT queue.create_queue('q_live_wins');
+SELECT queue.enqueue('q_live_wins', '{"v": "done"}', dedup_key => 'k') AS lw_done \gset
+SELECT queue.complete('q_live_wins', item_id, lease_token) FROM queue.dequeue('q_live_wins', 'w1');
+SELECT queue.enqueue('q_live_wins', '{"v": "live"}', dedup_key => 'k') AS lw_live \gset
+SELECT :lw_live <> :lw_done AS new_live_item;
+SELECT queue.alter_queue('q_live_wins', dedup_window => '1 h');
+SELECT queue.enqueue('q_live_wins', '{"v": "again"}', dedup_key => 'k') = :lw_live AS enqueue_live_id;
+SELECT array_agg(id = :lw_live) AS batch_live_ids
+  FROM queue.enqueue_batch('q_live_wins', ARRAY['{}', '{}']::jsonb[], dedup_keys => ARRAY['k', 'k']) id;
+SELECT queue.create_queue('q_live_wins2', dedup_window => '1 h', max_attempts => 1);
+SELECT queue.enqueue('q_live_wins2', '{"v": "dead"}', dedup_key => 'r') AS lw_dead \gset
+SELECT queue.fail('q_live_wins2', item_id, lease_token, 'broken') FROM queue.dequeue('q_live_wins2', 'w1');
+SELECT queue.enqueue('q_live_wins2', '{"v": "r done"}', dedup_key => 'r') AS lw_rdone \gset
+SELECT queue.complete('q_live_wins2', item_id, lease_token) FROM queue.dequeue('q_live_wins2', 'w1');
+SELECT queue.replay('q_live_wins2', :lw_dead) AS lw_replayed \gset
+SELECT :lw_replayed NOT IN (:lw_dead, :lw_rdone) AS replay_inserted;
+SELECT queue.enqueue('q_live_wins2', '{"v": "r again"}', dedup_key => 'r') = :lw_replayed AS enqueue_replay_id;
+SELECT array_agg(id = :lw_replayed) AS batch_replay_ids
+  FROM queue.enqueue_batch('q_live_wins2', ARRAY['{}']::jsonb[], dedup_keys => ARRAY['r']) id;
+SELECT count(*) AS live FROM queue.items WHERE queue_name = 'q_live_wins2';
+SELECT queue.drop_queue('q_live_wins2', force => true);
+UPDATE queue.item_live SET expires_at = now() - interval '1 s'
+ WHERE queue_name = 'q_live_wins' AND item_id = :lw_live;
+SELECT queue.enqueue('q_live_wins', '{"v": "k after expiry"}', dedup_key => 'k') = :lw_done AS completion_stands;
+SELECT reason FROM queue.dead_letters WHERE queue_name = 'q_live_wins' AND item_id = :lw_live;
+SELECT dedup_key, count(*) AS live FROM queue.items WHERE queue_name = 'q_live_wins'
+ GROUP BY dedup_key ORDER BY dedup_key;
+SELECT queue.drop_queue('q_live_wins', force => true);
+
 SELECT queue.drop_queue('q_longer_window', force => true);
 SELECT queue.drop_queue('q_expired_key', force => true);
 SELECT queue.drop_queue('q_late_window', force => true);
