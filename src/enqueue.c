@@ -335,6 +335,23 @@ window_holder(const char *queue_name, Datum key, const QueueConfig *cfg, int64 *
 }
 
 /*
+ * Does a live item hold this key (past its expires_at or not)?  Inside the
+ * SPI connection.
+ */
+static bool
+live_holder(const char *queue_name, Datum key)
+{
+	Oid			htypes[2] = {TEXTOID, TEXTOID};
+	Datum		hvalues[2];
+
+	hvalues[0] = CStringGetTextDatum(queue_name);
+	hvalues[1] = key;
+	queue_spi_exec(queue_prepare_cached(&holder_plan, HOLDER_SQL, 2, htypes),
+				   hvalues, NULL, false, 1, SPI_OK_SELECT, "dedup lookup");
+	return SPI_processed == 1;
+}
+
+/*
  * Make dead letters (expired) of the holders of these keys that are past
  * their expires_at (see the header).  Returns how many; their keys are
  * free for this transaction's next insert.  Inside the SPI connection.
@@ -429,9 +446,16 @@ queue_enqueue(PG_FUNCTION_ARGS)
 	queue_check_access(&cfg, QUEUE_ACCESS_PRODUCER);
 	resolve_common(&cfg, fcinfo, 3, 5, 6, &run_at, &has_expires, &expires_at, &max_attempts);
 
-	/* A key completed within the dedup window stands for its item. */
-	if (has_key && cfg.has_dedup_window)
-		found = window_holder(queue_name, PG_GETARG_DATUM(4), &cfg, &item_id);
+	/*
+	 * A key completed within the dedup window stands for its item, unless
+	 * a live item holds the key (one enqueued before the window was set, or
+	 * a replay): the live holder wins, found by the insert below (which
+	 * also buries a holder past its expires_at, and looks at the window
+	 * again after it).
+	 */
+	if (has_key && cfg.has_dedup_window &&
+		window_holder(queue_name, PG_GETARG_DATUM(4), &cfg, &item_id))
+		found = !live_holder(queue_name, PG_GETARG_DATUM(4));
 
 	for (int tries = 0; !found && tries < DEDUP_RETRIES; tries++)
 	{
@@ -853,10 +877,32 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 		kvalues[1] = PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4);
 		kvalues[2] = IntervalPGetDatum(&cfg.dedup_window);
 
-		/* Keys completed within the dedup window keep their old ids. */
+		/*
+		 * Keys completed within the dedup window keep their old ids, unless
+		 * a live item holds the key: those positions go to the insert,
+		 * which returns (and locks) the live holder, or buries it when it
+		 * is past its expires_at and looks at the window again after it.
+		 */
 		if (any_key && cfg.has_dedup_window)
+		{
+			bool		any_window = false;
+
 			resolve_keys(queue_prepare_cached(&batch_window_plan, BATCH_WINDOW_SQL, 3, ktypes),
 						 kvalues, n, keys, key_nulls, ids);
+			for (int i = 0; i < n && !any_window; i++)
+				any_window = (ids[i] != 0);
+			if (any_window)
+			{
+				int64	   *live_ids = palloc0(sizeof(int64) * n);
+
+				resolve_keys(queue_prepare_cached(&batch_holder_plan, BATCH_HOLDER_SQL, 2, ktypes),
+							 kvalues, n, keys, key_nulls, live_ids);
+				for (int i = 0; i < n; i++)
+					if (live_ids[i] != 0)
+						ids[i] = 0;
+				pfree(live_ids);
+			}
+		}
 
 		/* A plain batch is written without the statement (enqueue_direct.c). */
 		if (!any_key && !flow && !queue_citus_loaded() &&
