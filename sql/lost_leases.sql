@@ -289,4 +289,22 @@ SELECT queue_name, kind, attempt, worker FROM queue.events
  ORDER BY queue_name, event_id;
 SELECT queue.drop_queue('l_exp_deq', force => true), queue.drop_queue('l_exp_swp', force => true);
 
+-- case: a lost lease on the last attempt of an item that is also past its
+-- expires_at ends the same way whoever meets it: a lease_expired dead
+-- letter with its failure counted once, from a dequeue as from sweep
+SELECT queue.create_queue('l_spx_deq', max_attempts => 1);
+SELECT queue.create_queue('l_spx_swp', max_attempts => 1);
+SELECT queue.enqueue('l_spx_deq', '{}', expires_at => now() + interval '300 ms') AS l_spx_deq_id \gset
+SELECT queue.enqueue('l_spx_swp', '{}', expires_at => now() + interval '300 ms') AS l_spx_swp_id \gset
+SELECT count(*) FROM queue.dequeue('l_spx_deq', 'w-gone', lease_timeout => '10 ms');
+SELECT count(*) FROM queue.dequeue('l_spx_swp', 'w-gone', lease_timeout => '10 ms');
+SELECT pg_sleep(0.4);
+SELECT count(*) AS handed_out FROM queue.dequeue('l_spx_deq', 'w-new');
+SELECT dead_lettered, expired FROM queue.sweep('l_spx_swp');
+SELECT d.queue_name, d.reason, d.attempts, d.last_error, jsonb_array_length(d.errors) AS errors,
+       s.failed_1h
+  FROM queue.dead_letters d JOIN queue.stats() s USING (queue_name)
+ WHERE d.item_id IN (:l_spx_deq_id, :l_spx_swp_id) ORDER BY d.queue_name;
+SELECT queue.drop_queue('l_spx_deq', force => true), queue.drop_queue('l_spx_swp', force => true);
+
 SELECT queue.drop_queue(q, force => true) FROM unnest('{l_lost,l_deq,l_spent,l_off,l_rec,l_late,l_hold,l_hold3,l_twice}'::text[]) q;
