@@ -238,6 +238,11 @@ BEGIN
     END IF;
     IF r.cancel_requested_at IS NOT NULL THEN
         p_reason := 'cancelled';
+    ELSIF p_reason = 'expired' AND r.lease_token IS NOT NULL AND r.attempt >= r.max_attempts
+          AND r.lease_expires_at <= statement_timestamp() THEN
+        -- a lost lease on the last attempt is a lease_expired dead letter
+        -- whoever meets it first (sweep buries those before expiring items)
+        p_reason := 'lease_expired';
     END IF;
 
     IF p_reason IN ('permanent', 'max_attempts') THEN
