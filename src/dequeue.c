@@ -344,6 +344,40 @@ run_count(SPIPlanPtr plan, Datum *values)
 }
 
 /*
+ * A dequeue is a sign of life of its worker, whatever it hands out (a
+ * paused queue, an open breaker, a draining worker): registers an unknown
+ * worker and refreshes last_seen now and then.  Returns false for a worker
+ * registered just now (no gates), else fills *gates.
+ */
+static bool
+worker_seen(Datum worker, QueueWorkerGates *gates)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+	if (!queue_load_worker(worker, gates))
+	{
+		/* unknown workers are registered on their first dequeue */
+		queue_spi_exec(queue_schema_current() ?
+					   queue_prepare_cached(&register_plan, REGISTER_SQL, 1, argtypes) :
+					   queue_prepare_cached(&register_plan_v1, REGISTER_SQL_V1, 1, argtypes),
+					   &worker, NULL, false, 0, SPI_OK_INSERT, "registering worker");
+		return false;
+	}
+	/*
+	 * Compared without subtracting last_seen: a worker first named by
+	 * drain_worker or add_maintenance was never seen ('-infinity').
+	 */
+	if (gates->last_seen < now - (queue_citus_loaded() ? queue_citus_seen_usecs() : LAST_SEEN_REFRESH_USECS))
+	{
+		queue_spi_exec(queue_prepare_cached(&seen_plan, SEEN_SQL, 1, argtypes),
+					   &worker, NULL, false, 0, SPI_OK_UPDATE, "refreshing worker");
+		queue_worker_seen(worker, now);
+	}
+	return true;
+}
+
+/*
  * Worker gates: registers an unknown worker, refreshes last_seen now and
  * then, and returns how many items the worker may take (0 = none, -1 = no
  * limit).
@@ -354,27 +388,9 @@ worker_allowance(Datum worker)
 	Oid			argtypes[1] = {TEXTOID};
 	bool		isnull;
 	QueueWorkerGates gates;
-	TimestampTz now = GetCurrentTransactionStartTimestamp();
 
-	if (!queue_load_worker(worker, &gates))
-	{
-		/* unknown workers are registered on their first dequeue */
-		queue_spi_exec(queue_schema_current() ?
-					   queue_prepare_cached(&register_plan, REGISTER_SQL, 1, argtypes) :
-					   queue_prepare_cached(&register_plan_v1, REGISTER_SQL_V1, 1, argtypes),
-					   &worker, NULL, false, 0, SPI_OK_INSERT, "registering worker");
+	if (!worker_seen(worker, &gates))
 		return -1;
-	}
-	/*
-	 * Compared without subtracting last_seen: a worker first named by
-	 * drain_worker or add_maintenance was never seen ('-infinity').
-	 */
-	if (gates.last_seen < now - (queue_citus_loaded() ? queue_citus_seen_usecs() : LAST_SEEN_REFRESH_USECS))
-	{
-		queue_spi_exec(queue_prepare_cached(&seen_plan, SEEN_SQL, 1, argtypes),
-					   &worker, NULL, false, 0, SPI_OK_UPDATE, "refreshing worker");
-		queue_worker_seen(worker, now);
-	}
 	if (gates.draining || gates.in_maintenance)
 		return 0;
 	if (gates.has_capacity)
@@ -1180,6 +1196,12 @@ queue_dequeue(PG_FUNCTION_ARGS)
 			want = 1;
 			break;
 		case BREAKER_BLOCK:
+			{
+				/* nothing to hand out, but the worker was seen */
+				QueueWorkerGates gates;
+
+				(void) worker_seen(worker, &gates);
+			}
 			goto done;
 	}
 
