@@ -202,6 +202,13 @@ SELECT queue.create_queue('q_bad', lease_timeout => NULL);
 \echo :LAST_ERROR_SQLSTATE
 SELECT queue.create_queue('q_bad', max_attempts => NULL);
 \echo :LAST_ERROR_SQLSTATE
+-- each message names the setting that is null
+SELECT queue.create_queue('q_bad', audit => NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT queue.create_queue('q_bad', breaker_cooldown => NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT queue.create_queue('q_bad', notify => NULL);
+\echo :LAST_ERROR_SQLSTATE
 SELECT count(*) AS queues FROM queue.queues WHERE queue_name = 'q_bad';
 
 -- case: 42710 for a duplicate queue, 55006 for dropping a queue with live items
