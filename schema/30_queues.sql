@@ -12,11 +12,23 @@ DECLARE
     v_setting text;
     v_value interval;
 BEGIN
-    IF c.lease_timeout IS NULL OR c.max_attempts IS NULL OR c.backoff_base IS NULL
-       OR c.backoff_factor IS NULL OR c.backoff_max IS NULL OR c.backoff_jitter IS NULL
-       OR c.retention IS NULL OR c.notify IS NULL OR c.audit IS NULL
-       OR c.breaker_window IS NULL OR c.breaker_min_samples IS NULL OR c.breaker_cooldown IS NULL THEN
-        RAISE EXCEPTION 'queue settings must not be null'
+    -- the settings that always have a value, named in create_queue's order
+    v_setting := CASE
+                   WHEN c.lease_timeout IS NULL THEN 'lease_timeout'
+                   WHEN c.max_attempts IS NULL THEN 'max_attempts'
+                   WHEN c.backoff_base IS NULL THEN 'backoff_base'
+                   WHEN c.backoff_factor IS NULL THEN 'backoff_factor'
+                   WHEN c.backoff_max IS NULL THEN 'backoff_max'
+                   WHEN c.backoff_jitter IS NULL THEN 'backoff_jitter'
+                   WHEN c.retention IS NULL THEN 'retention'
+                   WHEN c.notify IS NULL THEN 'notify'
+                   WHEN c.audit IS NULL THEN 'audit'
+                   WHEN c.breaker_window IS NULL THEN 'breaker_window'
+                   WHEN c.breaker_min_samples IS NULL THEN 'breaker_min_samples'
+                   WHEN c.breaker_cooldown IS NULL THEN 'breaker_cooldown'
+                 END;
+    IF v_setting IS NOT NULL THEN
+        RAISE EXCEPTION '% must not be null', v_setting
             USING ERRCODE = 'null_value_not_allowed',
                   DETAIL = 'lease_timeout, max_attempts, backoff_*, retention, notify, audit and breaker_window/min_samples/cooldown always have a value.',
                   HINT = 'Leave the argument out to get its default.';
