@@ -75,11 +75,34 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_lo timestamptz := date_bin('10 s', p_from, 'epoch');
+    v_next timestamptz := v_lo + interval '10 s';
+    v_since timestamptz;
+    v_done bigint;
+    v_failed bigint;
 BEGIN
+    -- Counted from the breaker's last close: its bucket holds only what
+    -- came after the close (its stripe -1), so every bucket from that one
+    -- on is summed.  Counted from a window's start past the close: the
+    -- buckets after the one holding the start are summed, and the outcomes
+    -- of that one from the start on are counted from their rows (at most a
+    -- bucket's, 10 seconds), so that no outcome older than the window
+    -- counts, however short the window.
+    SELECT c.breaker_since INTO v_since FROM queue.queue_config c WHERE c.queue_name = p_queue;
+    IF v_since IS NOT NULL AND p_from <= v_since THEN
+        v_next := v_lo;
+    END IF;
     SELECT coalesce(sum(b.failed), 0), coalesce(sum(b.succeeded + b.failed), 0)
       INTO failed, outcomes
       FROM queue.breaker_bucket b
-     WHERE b.queue_name = p_queue AND b.bucket_start >= v_lo;
+     WHERE b.queue_name = p_queue AND b.bucket_start >= v_next;
+    IF v_next > v_lo THEN
+        SELECT count(*) INTO v_done FROM queue.item_done d
+         WHERE d.queue_name = p_queue AND d.completed_at >= p_from AND d.completed_at < v_next;
+        SELECT count(*) INTO v_failed FROM queue.failure_log f
+         WHERE f.queue_name = p_queue AND f.at >= p_from AND f.at < v_next;
+        failed := failed + v_failed;
+        outcomes := outcomes + v_failed + v_done;
+    END IF;
     run := 0;
     IF p_run_max > 0 THEN
         -- failures since the last success, counted up to p_run_max: the
@@ -95,7 +118,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION queue._breaker_outcomes(text, timestamptz, int)
-    IS 'Failed and total outcomes of a queue since a time (its breaker buckets), and the run of failures since its last success';
+    IS 'Failed and total outcomes of a queue since a time (its breaker buckets, the first one counted from its rows), and the run of failures since its last success';
 
 -- Buckets the window no longer reaches, and every bucket of a queue
 -- without a breaker.  sweep calls it for each queue.

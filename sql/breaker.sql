@@ -118,16 +118,20 @@ SELECT count(queue.fail('b_pct', item_id, lease_token, 'no answer',
   FROM (SELECT * FROM b_pct_held ORDER BY n) h;
 SELECT breaker_state, breaker_reason FROM queue.queues WHERE queue_name = 'b_pct';
 
--- case: a breaker_window shorter than a bucket of the counts (10 s) still
--- sees the outcomes within it: the bucket holding the window's start is
--- counted (a window starting 1 s into the bucket its failures are in)
+-- case: a breaker_window shorter than a bucket of the counts (10 s) sees
+-- the outcomes within it, and only those (the bucket holding the window's
+-- start is counted from its rows)
 SELECT queue.create_queue('b_short', breaker_threshold => 0.5, breaker_min_samples => 3,
-                          breaker_window => '5 s');
+                          breaker_window => '5 s', max_attempts => 9, backoff_base => '1 h');
+SELECT count(*) FROM queue.enqueue_batch('b_short', array_fill('{}'::jsonb, ARRAY[3]));
+SELECT count(queue.fail('b_short', item_id, lease_token, 'ERP down'))
+  FROM queue.dequeue('b_short', 'w1', batch_size => 3);
+SELECT failed, outcomes FROM queue._breaker_outcomes('b_short', now() - interval '5 s', 0);
+SELECT breaker_state FROM queue.queues WHERE queue_name = 'b_short';
+-- (a bucket of counts before the window's start counts nothing)
 INSERT INTO queue.breaker_bucket (queue_name, bucket_start, stripe, succeeded, failed)
-VALUES ('b_short', date_bin('10 s', now() - interval '6 s', 'epoch'), 0, 0, 4);
-SELECT failed, outcomes
-  FROM queue._breaker_outcomes('b_short',
-                               date_bin('10 s', now() - interval '6 s', 'epoch') + interval '1 s', 0);
+VALUES ('b_short', date_bin('10 s', now() - interval '1 h', 'epoch'), 0, 0, 4);
+SELECT failed, outcomes FROM queue._breaker_outcomes('b_short', now() - interval '5 s', 0);
 
 -- case: half-open hands out exactly one probe: while the probe's bot keeps
 -- its lease extended no other probe comes out, and its success closes the

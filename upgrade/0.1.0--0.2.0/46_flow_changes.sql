@@ -249,6 +249,7 @@ DECLARE
     v_name text := queue._check_name(alter_queue.queue_name);
     v_old_window interval;
     v_old_on_dead text;
+    v_old_threshold float8;
     v_group text;
 BEGIN
     -- a dedup_window set or lengthened takes the keys completed within it
@@ -266,6 +267,7 @@ BEGIN
     END IF;
     v_old_window := c.dedup_window;
     v_old_on_dead := c.group_on_dead;
+    v_old_threshold := c.breaker_threshold;
     c.lease_timeout := coalesce(alter_queue.lease_timeout, c.lease_timeout);
     c.max_attempts := coalesce(alter_queue.max_attempts, c.max_attempts);
     c.backoff_base := coalesce(alter_queue.backoff_base, c.backoff_base);
@@ -297,7 +299,10 @@ BEGIN
            retention = c.retention, sla = c.sla, notify = c.notify, audit = c.audit,
            breaker_threshold = c.breaker_threshold, breaker_window = c.breaker_window,
            breaker_min_samples = c.breaker_min_samples, breaker_cooldown = c.breaker_cooldown,
-           group_on_dead = c.group_on_dead
+           group_on_dead = c.group_on_dead,
+           -- a breaker switched on counts the outcomes from now on
+           breaker_since = CASE WHEN v_old_threshold IS NULL AND c.breaker_threshold IS NOT NULL
+                                THEN now() ELSE q.breaker_since END
      WHERE q.queue_name = v_name;
     -- keys completed within a window set or lengthened, as complete() would
     -- have kept them: the newest completion of each key, never replacing a
