@@ -329,6 +329,16 @@ static SPIPlanPtr peek_lane_plan = NULL;
 #define LOST_SQL \
 	"SELECT queue._leases_lost($1, $2)"
 
+static SPIPlanPtr breaker_state_plan = NULL;
+static SPIPlanPtr give_back_plan = NULL;
+
+#define BREAKER_STATE_SQL \
+	"SELECT 1 FROM queue.queue_config WHERE queue_name" OP("=") "$1 " \
+	"   AND breaker_state" OP("=") "'open'"
+
+#define GIVE_BACK_SQL \
+	"SELECT queue.release($1, $2, $3)"
+
 #define CLAIMED_EVENT_SQL \
 	"INSERT INTO queue.events (queue_name, item_id, kind, worker, attempt) " \
 	"SELECT $1, u.i, 'claimed', $2, u.a " \
@@ -539,7 +549,9 @@ typedef struct ClaimContext
 	bool		flow_limits;	/* the queue has limited keys: claim their lanes */
 	bool		direct;			/* may claim without the statement (claim_direct.c) */
 	Datum	   *ids;			/* out: ids claimed so far (for rate records) */
+	Datum	   *tokens;			/* out: their lease tokens */
 	int			nids;
+	bool		lost_seen;		/* out: lost leases were counted (a breaker may trip) */
 	/* while lanes and the rest share a claim: its rows, put out in order */
 	struct PeekedItem *order;	/* the planned items, sorted by item id */
 	int			norder;
@@ -665,6 +677,7 @@ claim_emit_values(ClaimContext *ctx, Datum *out, bool *nulls, bool lost,
 	ev_ids[*nok] = out[0];
 	ev_attempts[*nok] = out[4];
 	(*nok)++;
+	ctx->tokens[ctx->nids] = out[1];
 	ctx->ids[ctx->nids++] = out[0];
 	if (ctx->is_probe)
 	{
@@ -988,6 +1001,7 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 													FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 			queue_spi_exec(queue_prepare_cached(&lost_plan, LOST_SQL, 2, lt),
 						   lv, NULL, false, 0, SPI_OK_SELECT, "recording lost leases");
+			ctx->lost_seen = true;
 		}
 		if (ctx->audit == 'a' && nok > 0)
 			record_claimed(ctx, ev_ids, ev_attempts, nok);
@@ -1128,6 +1142,38 @@ claim_items(ClaimContext *ctx, int64 limit, int stripe)
 	return nclaimed;
 }
 
+/* Is the queue's breaker open now (tripped by this transaction, or another)? */
+static bool
+breaker_open_now(Datum qname)
+{
+	Oid			t[1] = {TEXTOID};
+
+	queue_spi_exec(queue_prepare_cached(&breaker_state_plan, BREAKER_STATE_SQL, 1, t),
+				   &qname, NULL, false, 1, SPI_OK_SELECT, "reading breaker state");
+	return SPI_processed > 0;
+}
+
+/*
+ * Gives back what a call claimed, as release() does (the attempt given
+ * back, the items claimable now), and empties the call's result.
+ */
+static void
+give_back(ClaimContext *ctx)
+{
+	Oid			t[3] = {TEXTOID, INT8OID, INT8OID};
+	Datum		v[3];
+
+	v[0] = ctx->qname;
+	for (int i = 0; i < ctx->nids; i++)
+	{
+		v[1] = ctx->ids[i];
+		v[2] = ctx->tokens[i];
+		queue_spi_exec(queue_prepare_cached(&give_back_plan, GIVE_BACK_SQL, 3, t),
+					   v, NULL, false, 0, SPI_OK_SELECT, "giving back a claim");
+	}
+	tuplestore_clear(ctx->rsinfo->setResult);
+}
+
 /*
  * queue.dequeue(queue_name text, worker text, batch_size int = 1,
  *				 lease_timeout interval = NULL)
@@ -1239,7 +1285,9 @@ queue_dequeue(PG_FUNCTION_ARGS)
 	ctx.flow_limits = cfg.flow_limits;
 	ctx.direct = ctx.current_schema && !queue_citus_loaded() && queue_claim_direct_possible();
 	ctx.ids = (Datum *) palloc(sizeof(Datum) * Max(want, 1));
+	ctx.tokens = (Datum *) palloc(sizeof(Datum) * Max(want, 1));
 	ctx.nids = 0;
+	ctx.lost_seen = false;
 	ctx.order = NULL;
 	ctx.norder = 0;
 	ctx.held = NULL;
@@ -1284,6 +1332,18 @@ queue_dequeue(PG_FUNCTION_ARGS)
 	}
 	probe_id = ctx.probe_id;
 	probe_expiry = ctx.probe_expiry;
+
+	/*
+	 * The lost leases this call met are failed outcomes, counted at once;
+	 * when they tripped the breaker the queue is paused from then on, and
+	 * what this call claimed goes back as release() gives it back.
+	 */
+	if (ctx.lost_seen && !is_probe && ctx.nids > 0 && breaker_open_now(qname))
+	{
+		give_back(&ctx);
+		ctx.nids = 0;			/* nothing claimed against the queue's rate */
+		nclaimed = 0;
+	}
 rated:
 	if (rated)
 		flow_close_lane(qname, &queue_rate, want, ctx.nids, ctx.ids);
