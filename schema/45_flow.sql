@@ -365,7 +365,10 @@ CREATE OR REPLACE TRIGGER item_live_flow_band
 -- Caps stay exact: reviving an expired lease nobody took over (extend_lease,
 -- heartbeat) counts against its key's max_in_flight like a claim, under the
 -- key's lock; where the key is full the revival is refused (the row is left
--- alone: extend_lease returns NULL, heartbeat skips it).
+-- alone: extend_lease returns NULL, heartbeat skips it).  Expiry is judged
+-- by the clock when the row is written, not by the transaction's start: a
+-- call that began before the lease ran out, or waited for the row's lock
+-- past it, revives it as well.
 CREATE OR REPLACE FUNCTION queue._flow_revival() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
@@ -377,7 +380,7 @@ BEGIN
     IF v_cap IS NOT NULL
        AND (SELECT count(*) FROM queue.item_live i
              WHERE i.queue_name = NEW.queue_name AND i.limit_key = NEW.limit_key
-               AND i.worker IS NOT NULL AND i.lease_expires_at > now()
+               AND i.worker IS NOT NULL AND i.lease_expires_at > clock_timestamp()
                AND i.item_id <> NEW.item_id) >= v_cap THEN
         RETURN NULL;
     END IF;
@@ -390,7 +393,7 @@ COMMENT ON FUNCTION queue._flow_revival()
 CREATE OR REPLACE TRIGGER item_live_flow_revival
     BEFORE UPDATE OF lease_expires_at ON queue.item_live FOR EACH ROW
     WHEN (OLD.priority >= 100000 AND NEW.lease_token = OLD.lease_token
-          AND OLD.lease_expires_at <= now() AND NEW.lease_expires_at > now())
+          AND OLD.lease_expires_at <= clock_timestamp() AND NEW.lease_expires_at > clock_timestamp())
     EXECUTE FUNCTION queue._flow_revival();
 
 DO $$
