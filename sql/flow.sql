@@ -309,13 +309,28 @@ SELECT string_agg(payload->>'n', ',' ORDER BY payload->>'n') AS moved_on FROM qu
 SELECT count(*) AS dead_letters_untouched FROM queue.dead_letters
  WHERE queue_name = 'fo' AND review_status = 'new';
 
+-- case: limited keys whose items a worker cannot take (their requires are
+-- not among its labels) do not keep it from the items of other limited
+-- keys, whatever its batch size
+SELECT queue.create_queue('fn');
+SELECT count(queue.set_limit('fn', k, max_in_flight => 5)) AS limits
+  FROM unnest(ARRAY['gpu1', 'gpu2', 'gpu3', 'plain']) k;
+SELECT count(queue.enqueue('fn', jsonb_build_object('n', k), limit_key => k, requires => '{gpu}')) AS enqueued
+  FROM unnest(ARRAY['gpu1', 'gpu2', 'gpu3']) k;
+SELECT count(queue.enqueue('fn', '{"n": "plain"}', limit_key => 'plain')) AS enqueued;
+SELECT take('fn', 'unlabelled', 1);
+SELECT take('fn', 'unlabelled', 1);
+INSERT INTO queue.worker_registry (worker, labels) VALUES ('gpu-bot', '{gpu}');
+SELECT take('fn', 'gpu-bot', 1);
+SELECT take('fn', 'gpu-bot', 10);
+
 -- case: dropping a queue takes its groups and limits along
 SELECT count(*) FROM (SELECT queue.drop_queue(q, force => true)
                         FROM unnest(ARRAY['fg', 'fp', 'fr', 'fh', 'fd', 'fb', 'fx', 'fe', 'fl',
-                                          'fs', 'fq', 'fw', 'ft', 'fv', 'fk', 'fu', 'fa', 'fc', 'fo']) q) d;
+                                          'fs', 'fq', 'fw', 'ft', 'fv', 'fk', 'fu', 'fa', 'fc', 'fo', 'fn']) q) d;
 SELECT (SELECT count(*) FROM queue.flow_group) AS groups, (SELECT count(*) FROM queue.flow_limit) AS limits,
        (SELECT count(*) FROM queue.flow_claim) AS claims;
-DELETE FROM queue.worker_registry WHERE worker IN ('unlabelled', 'bot-x', 'w1', 'w2', 'wv', 'mainframe-bot');
+DELETE FROM queue.worker_registry WHERE worker IN ('unlabelled', 'bot-x', 'w1', 'w2', 'wv', 'mainframe-bot', 'gpu-bot');
 
 DROP FUNCTION take(text, text, int, interval);
 DROP FUNCTION finish(text, text, text);
