@@ -1111,7 +1111,8 @@ claim_items(ClaimContext *ctx, int64 limit, int stripe)
 	int			nlanes = 0;
 
 	if (ctx->flow_limits && ctx->current_schema)
-		nlanes = flow_open_lanes(ctx->qname, (int) Min(limit + 1, FLOW_MAX_LANES), &lanes);
+		nlanes = flow_open_lanes(ctx->qname, ctx->worker, (int) Min(limit + 1, FLOW_MAX_LANES),
+								 &lanes);
 	if (nlanes > 0)
 	{
 		asks = palloc0(sizeof(int64) * nlanes);

@@ -67,11 +67,13 @@
 
 /*
  * The keys a dequeue opens: of the first LANE_CANDIDATES keys whose
- * ready_at has come, those whose first claimable item comes first in the
- * claim order (one probe of item_live_limit_claim_idx per key; a key with
- * nothing claimable is left out), locked in that order, skipping locked
- * ones.  The candidates are read without a lock, so a dequeue never holds
- * a key it does not claim from.
+ * ready_at has come, those whose first item the worker ($3) may claim comes
+ * first in the claim order (one probe of item_live_limit_claim_idx per
+ * key; a key with nothing the worker may claim, claimable by nobody now or
+ * needing labels the worker lacks, is left out, so it never takes the
+ * place of a key the worker can serve), locked in that order, skipping
+ * locked ones.  The candidates are read without a lock, so a dequeue never
+ * holds a key it does not claim from.
  */
 #define LANE_CANDIDATES "1000"
 #define LANES_SQL \
@@ -86,6 +88,8 @@
 	"          WHERE i.queue_name" OP("=") "$1 AND i.limit_key" OP("=") "r.limit_key " \
 	"            AND i.priority" OP(">=") FLOW_BAND " " \
 	"            AND i.visible_at" OP("<=") "pg_catalog.statement_timestamp() " \
+	"            AND (i.requires IS NULL OR i.requires" OP("<@") \
+	"                 (SELECT w.labels FROM queue.worker_registry w WHERE w.worker" OP("=") "$3)) " \
 	"          ORDER BY i.priority, i.visible_at, i.item_id LIMIT 1) f) " \
 	"SELECT l.limit_key, coalesce(l.max_in_flight, 0), coalesce(l.rate, 0), l.per " \
 	"  FROM c JOIN queue.flow_limit l " \
@@ -216,22 +220,23 @@ lane_from_row(HeapTuple tup, TupleDesc desc, FlowLane *lane)
 
 /*
  * flow_open_lanes
- *		Lock up to max keys of the queue whose ready_at has come and
- *		measure each.  Returns how many; *lanes is palloc'd in the caller's
- *		context (SPI_palloc).  Keys whose lock another dequeuer holds are
- *		skipped.
+ *		Lock up to max keys of the queue whose ready_at has come and that
+ *		hold an item worker may claim, and measure each.  Returns how many;
+ *		*lanes is palloc'd in the caller's context (SPI_palloc).  Keys whose
+ *		lock another dequeuer holds are skipped.
  */
 int
-flow_open_lanes(Datum qname, int max, FlowLane **lanes)
+flow_open_lanes(Datum qname, Datum worker, int max, FlowLane **lanes)
 {
-	Oid			t[2] = {TEXTOID, INT4OID};
-	Datum		v[2];
+	Oid			t[3] = {TEXTOID, INT4OID, TEXTOID};
+	Datum		v[3];
 	SPITupleTable *tuptable;
 	int			n;
 
 	v[0] = qname;
 	v[1] = Int32GetDatum(max);
-	queue_spi_exec(queue_prepare_cached(&lanes_plan, LANES_SQL, 2, t),
+	v[2] = worker;
+	queue_spi_exec(queue_prepare_cached(&lanes_plan, LANES_SQL, 3, t),
 				   v, NULL, false, 0, SPI_OK_SELECT, "locking limit keys");
 	tuptable = SPI_tuptable;
 	n = (int) SPI_processed;

@@ -326,7 +326,7 @@ extern void queue_breaker_count(const QueueConfig *cfg, Datum qname, int64 succe
 								int64 failed);
 
 /* flow.c */
-extern int	flow_open_lanes(Datum qname, int max, FlowLane **lanes);
+extern int	flow_open_lanes(Datum qname, Datum worker, int max, FlowLane **lanes);
 extern bool flow_queue_rate_room(Datum qname, FlowLane *lane);
 extern void flow_close_lane(Datum qname, FlowLane *lane, int64 asked, int nids, Datum *ids);
 extern void flow_check_key(Datum key, bool isnull, const char *argname);
