@@ -349,7 +349,8 @@ run_count(SPIPlanPtr plan, Datum *values)
 {
 	bool		isnull;
 
-	queue_spi_exec_one(plan, values, NULL, false, 1, SPI_OK_SELECT, "dequeue count query");
+	/* under the lock of what it counts: every committed lease counts */
+	queue_spi_count_latest(plan, values, "dequeue count query");
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
@@ -436,8 +437,8 @@ worker_allowance(Datum worker)
  *		worker row first, only ever tries item locks (SKIP LOCKED), so no
  *		cycle can form.
  *
- * XXX per-key caps (queue.set_limit) are not checked here: a revived lease
- * of a limited key counts against its key at the next claim.
+ * Per-key caps (queue.set_limit) are checked by the item's trigger
+ * queue._flow_revival(), under the key's lock, when the lease is written.
  */
 bool
 queue_cap_admits_revival(const QueueConfig *cfg, Datum qname, Datum worker,

@@ -153,7 +153,8 @@ run_count_min(SPIPlanPtr plan, Datum *values, TimestampTz *min, bool *has_min)
 	Datum		d;
 	int64		n;
 
-	queue_spi_exec_one(plan, values, NULL, false, 1, SPI_OK_SELECT, "flow count query");
+	/* under the key's lock: every committed lease and claim counts */
+	queue_spi_count_latest(plan, values, "flow count query");
 	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
 	*has_min = !isnull;

@@ -18,6 +18,7 @@
 #include "postgres.h"
 
 #include "access/table.h"
+#include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "fmgr.h"
@@ -29,6 +30,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "queue.h"
@@ -265,6 +267,33 @@ queue_spi_exec(SPIPlanPtr plan, Datum *values, const char *nulls,
 {
 	queue_spi_check(SPI_execute_plan(plan, values, nulls, read_only, count),
 					expected, what);
+}
+
+/*
+ * queue_spi_count_latest
+ *		Execute a kept SELECT that returns one row, reading everything
+ *		committed so far (and this transaction's own writes) even in a
+ *		transaction that reads through a transaction snapshot (REPEATABLE
+ *		READ, SERIALIZABLE).  The counts caps and rates are judged by
+ *		(leases of a stripe, a key or a worker, claims in a rate window) are
+ *		taken under the lock that serialises them, after the previous
+ *		holder committed; an older snapshot would not see its claims.
+ *		Under READ COMMITTED every statement has a new snapshot anyway.
+ */
+void
+queue_spi_count_latest(SPIPlanPtr plan, Datum *values, const char *what)
+{
+	int			rc;
+
+	if (IsolationUsesXactSnapshot())
+		rc = SPI_execute_snapshot(plan, values, NULL, GetLatestSnapshot(), InvalidSnapshot,
+								  false, false, 1);
+	else
+		rc = SPI_execute_plan(plan, values, NULL, false, 1);
+	queue_spi_check(rc, SPI_OK_SELECT, what);
+	if (SPI_processed != 1)
+		elog(ERROR, "queue: %s failed: " UINT64_FORMAT " rows instead of one",
+			 what, SPI_processed);
 }
 
 /*

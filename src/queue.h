@@ -170,6 +170,7 @@ extern void queue_spi_exec(SPIPlanPtr plan, Datum *values, const char *nulls,
 extern void queue_spi_exec_one(SPIPlanPtr plan, Datum *values, const char *nulls,
 							   bool read_only, long count, int expected,
 							   const char *what);
+extern void queue_spi_count_latest(SPIPlanPtr plan, Datum *values, const char *what);
 extern void queue_spi_connect(void);
 extern void queue_spi_finish(void);
 
