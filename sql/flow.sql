@@ -324,10 +324,22 @@ INSERT INTO queue.worker_registry (worker, labels) VALUES ('gpu-bot', '{gpu}');
 SELECT take('fn', 'gpu-bot', 1);
 SELECT take('fn', 'gpu-bot', 10);
 
+-- case: however many limited keys have nothing to give (set up ahead of
+-- their items, or drained), a key that has an item is served
+SELECT queue.create_queue('fi');
+SELECT queue.set_limit('fi', 'busy', max_in_flight => 5);
+SELECT count(queue.enqueue('fi', '{"n": "b1"}', limit_key => 'busy')) AS enqueued;
+SELECT take('fi', 'w1');
+SELECT finish('fi', 'b1');
+SELECT count(queue.set_limit('fi', 'idle' || g, max_in_flight => 1)) AS idle_keys
+  FROM generate_series(1, 1100) g;
+SELECT count(queue.enqueue('fi', '{"n": "b2"}', limit_key => 'busy')) AS enqueued;
+SELECT take('fi', 'w1');
+
 -- case: dropping a queue takes its groups and limits along
 SELECT count(*) FROM (SELECT queue.drop_queue(q, force => true)
                         FROM unnest(ARRAY['fg', 'fp', 'fr', 'fh', 'fd', 'fb', 'fx', 'fe', 'fl',
-                                          'fs', 'fq', 'fw', 'ft', 'fv', 'fk', 'fu', 'fa', 'fc', 'fo', 'fn']) q) d;
+                                          'fs', 'fq', 'fw', 'ft', 'fv', 'fk', 'fu', 'fa', 'fc', 'fo', 'fn', 'fi']) q) d;
 SELECT (SELECT count(*) FROM queue.flow_group) AS groups, (SELECT count(*) FROM queue.flow_limit) AS limits,
        (SELECT count(*) FROM queue.flow_claim) AS claims;
 DELETE FROM queue.worker_registry WHERE worker IN ('unlabelled', 'bot-x', 'w1', 'w2', 'wv', 'mainframe-bot', 'gpu-bot');
