@@ -66,23 +66,26 @@
 #include "queue.h"
 
 /*
- * The keys a dequeue opens: of the first LANE_CANDIDATES keys whose
- * ready_at has come, those whose first item the worker ($3) may claim comes
- * first in the claim order (one probe of item_live_limit_claim_idx per
- * key; a key with nothing the worker may claim, claimable by nobody now or
- * needing labels the worker lacks, is left out, so it never takes the
- * place of a key the worker can serve), locked in that order, skipping
- * locked ones.  The candidates are read without a lock, so a dequeue never
- * holds a key it does not claim from.
+ * The keys a dequeue opens: of the keys whose ready_at has come, in
+ * ready_at order, the first LANE_CANDIDATES that hold an item the worker
+ * ($3) may claim (one probe of item_live_limit_claim_idx per key); of
+ * those, the ones whose first such item comes first in the claim order,
+ * locked in that order, skipping locked ones.  A key with nothing the
+ * worker may claim (drained, set up ahead of its items, only scheduled or
+ * leased items, or items needing labels the worker lacks) costs its probe
+ * and is left out before the candidates are counted, so no number of such
+ * keys keeps a key the worker can serve from being looked at.  The
+ * candidates are read without a lock, so a dequeue never holds a key it
+ * does not claim from.
  */
 #define LANE_CANDIDATES "1000"
 #define LANES_SQL \
 	"WITH c AS (" \
 	"  SELECT r.limit_key, f.priority, f.visible_at, f.item_id " \
-	"    FROM (SELECT l.limit_key FROM queue.flow_limit l " \
+	"    FROM (SELECT l.limit_key, l.ready_at FROM queue.flow_limit l " \
 	"           WHERE l.queue_name" OP("=") "$1 AND l.limit_key" OP("<>") "'' " \
 	"             AND l.ready_at" OP("<=") "pg_catalog.statement_timestamp() " \
-	"           ORDER BY l.ready_at LIMIT " LANE_CANDIDATES ") r " \
+	"           ORDER BY l.ready_at) r " \
 	"   CROSS JOIN LATERAL (" \
 	"         SELECT i.priority, i.visible_at, i.item_id FROM queue.item_live i " \
 	"          WHERE i.queue_name" OP("=") "$1 AND i.limit_key" OP("=") "r.limit_key " \
@@ -90,7 +93,8 @@
 	"            AND i.visible_at" OP("<=") "pg_catalog.statement_timestamp() " \
 	"            AND (i.requires IS NULL OR i.requires" OP("<@") \
 	"                 (SELECT w.labels FROM queue.worker_registry w WHERE w.worker" OP("=") "$3)) " \
-	"          ORDER BY i.priority, i.visible_at, i.item_id LIMIT 1) f) " \
+	"          ORDER BY i.priority, i.visible_at, i.item_id LIMIT 1) f " \
+	"   ORDER BY r.ready_at LIMIT " LANE_CANDIDATES ") " \
 	"SELECT l.limit_key, coalesce(l.max_in_flight, 0), coalesce(l.rate, 0), l.per " \
 	"  FROM c JOIN queue.flow_limit l " \
 	"    ON l.queue_name" OP("=") "$1 AND l.limit_key" OP("=") "c.limit_key " \
