@@ -336,10 +336,23 @@ SELECT count(queue.set_limit('fi', 'idle' || g, max_in_flight => 1)) AS idle_key
 SELECT count(queue.enqueue('fi', '{"n": "b2"}', limit_key => 'busy')) AS enqueued;
 SELECT take('fi', 'w1');
 
+-- case: items says why a queued item waits under the queue-wide rate too,
+-- plain or keyed, and for an expired lease of a full key
+SELECT queue.create_queue('fy');
+SELECT queue.set_limit('fy', NULL, rate => 2, per => '1 h');
+SELECT queue.set_limit('fy', 'one', max_in_flight => 1);
+SELECT count(queue.enqueue('fy', jsonb_build_object('n', x.n), limit_key => x.k)) AS enqueued
+  FROM (VALUES ('y1', 'one'), ('y2', 'one'), ('y3', NULL), ('y4', 'free')) x(n, k);
+SELECT take('fy', 'w1', 1, '1 ms');
+SELECT pg_sleep(0.05);
+SELECT payload->>'n' AS n, state, waiting FROM queue.items WHERE queue_name = 'fy' ORDER BY item_id;
+SELECT take('fy', 'w1', 1);
+SELECT payload->>'n' AS n, state, waiting FROM queue.items WHERE queue_name = 'fy' ORDER BY item_id;
+
 -- case: dropping a queue takes its groups and limits along
 SELECT count(*) FROM (SELECT queue.drop_queue(q, force => true)
                         FROM unnest(ARRAY['fg', 'fp', 'fr', 'fh', 'fd', 'fb', 'fx', 'fe', 'fl',
-                                          'fs', 'fq', 'fw', 'ft', 'fv', 'fk', 'fu', 'fa', 'fc', 'fo', 'fn', 'fi']) q) d;
+                                          'fs', 'fq', 'fw', 'ft', 'fv', 'fk', 'fu', 'fa', 'fc', 'fo', 'fn', 'fi', 'fy']) q) d;
 SELECT (SELECT count(*) FROM queue.flow_group) AS groups, (SELECT count(*) FROM queue.flow_limit) AS limits,
        (SELECT count(*) FROM queue.flow_claim) AS claims;
 DELETE FROM queue.worker_registry WHERE worker IN ('unlabelled', 'bot-x', 'w1', 'w2', 'wv', 'mainframe-bot', 'gpu-bot');
