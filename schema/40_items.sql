@@ -341,8 +341,11 @@ SELECT i.queue_name, i.item_id,
        i.priority % 100000 AS effective_priority, i.expires_at, i.error_code, i.hold_reason,
        i.claimed_at, i.group_key, i.limit_key, i.requires,
        CASE WHEN NOT i.on_hold
-                 AND (i.group_wait OR (i.visible_at <= now() AND i.lease_token IS NULL
-                                       AND (i.limit_key IS NOT NULL OR i.requires IS NOT NULL)))
+                 AND (i.group_wait
+                      OR (i.visible_at <= now()   -- claimable: queued, or a lease ran out
+                          AND (i.limit_key IS NOT NULL OR i.requires IS NOT NULL
+                               OR i.queue_name IN (SELECT c.queue_name FROM queue.queue_config c
+                                                    WHERE c.flow_rate))))
             THEN queue._flow_waiting(i.queue_name, i.group_wait, i.priority >= 100000,
                                      i.limit_key, i.requires)
        END AS waiting,
