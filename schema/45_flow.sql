@@ -563,6 +563,68 @@ SELECT l.queue_name, nullif(l.limit_key, '') AS limit_key, l.max_in_flight, l.ra
  WHERE queue._can_read(l.queue_name);
 COMMENT ON VIEW queue.limits IS 'Per-key caps and rates (limit_key NULL: the queue-wide rate) with their use now';
 
+-- A dequeue that parks a key (sets its ready_at later: full, nothing due)
+-- judged it from what had committed when it looked.  A lease of the key
+-- that ends, or an item that arrives, in a transaction that commits while
+-- that dequeue is still open wakes nothing: its commit sees the key awake
+-- (the park is not committed yet).  So the parking transaction looks again
+-- at its own commit, under the key's lock it holds, with what has
+-- committed by then, and brings ready_at forward to when the key may next
+-- give something: the first lease end of a full key, the next due item,
+-- the end of a used-up rate window, whichever is latest.  SECURITY DEFINER
+-- for the same reason as _flow_on_commit.
+CREATE OR REPLACE FUNCTION queue._flow_recheck_park() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+DECLARE
+    l queue.flow_limit;
+    v_now timestamptz := clock_timestamp();
+    v_ready timestamptz := clock_timestamp();
+    v_n bigint;
+    v_at timestamptz;
+BEGIN
+    SELECT * INTO l FROM queue.flow_limit f
+     WHERE f.queue_name = NEW.queue_name AND f.limit_key = NEW.limit_key;
+    IF NOT FOUND OR l.ready_at <= v_now THEN
+        RETURN NULL;
+    END IF;
+    IF l.max_in_flight IS NOT NULL THEN
+        SELECT count(*), min(i.lease_expires_at) INTO v_n, v_at FROM queue.item_live i
+         WHERE i.queue_name = l.queue_name AND i.limit_key = l.limit_key
+           AND i.worker IS NOT NULL AND i.lease_expires_at > v_now;
+        IF v_n >= l.max_in_flight THEN
+            v_ready := greatest(v_ready, v_at);
+        END IF;
+    END IF;
+    SELECT coalesce(min(i.visible_at), 'infinity') INTO v_at FROM queue.item_live i
+     WHERE i.queue_name = l.queue_name AND i.limit_key = l.limit_key
+       AND i.priority >= queue._flow_band() AND i.visible_at < queue._flow_parked();
+    v_ready := greatest(v_ready, v_at);
+    IF l.rate IS NOT NULL THEN
+        SELECT count(*), min(w.at) INTO v_n, v_at FROM (
+            SELECT c.at FROM queue.flow_claim c
+             WHERE c.queue_name = l.queue_name AND c.limit_key = l.limit_key
+               AND c.at > v_now - l.per
+             ORDER BY c.at DESC LIMIT l.rate) w;
+        IF v_n >= l.rate THEN
+            v_ready := greatest(v_ready, v_at + l.per);
+        END IF;
+    END IF;
+    IF v_ready < l.ready_at THEN
+        UPDATE queue.flow_limit f SET ready_at = v_ready
+         WHERE f.queue_name = l.queue_name AND f.limit_key = l.limit_key;
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION queue._flow_recheck_park()
+    IS 'At the commit of a dequeue that parked a limited key: brings its ready_at forward for what committed meanwhile';
+
+DROP TRIGGER IF EXISTS flow_limit_parked ON queue.flow_limit;
+CREATE CONSTRAINT TRIGGER flow_limit_parked
+    AFTER UPDATE OF ready_at ON queue.flow_limit DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+    WHEN (NEW.limit_key <> '' AND NEW.ready_at > OLD.ready_at AND NEW.ready_at > clock_timestamp())
+    EXECUTE FUNCTION queue._flow_recheck_park();
+
 -- A dead head that blocked its group let go (replayed, resolved, rejected).
 -- SECURITY DEFINER for the same reason as _flow_on_commit.
 CREATE OR REPLACE FUNCTION queue._flow_on_review() RETURNS trigger
