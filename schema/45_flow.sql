@@ -591,14 +591,18 @@ BEGIN
         SELECT count(*), min(i.lease_expires_at) INTO v_n, v_at FROM queue.item_live i
          WHERE i.queue_name = l.queue_name AND i.limit_key = l.limit_key
            AND i.worker IS NOT NULL AND i.lease_expires_at > v_now;
-        IF v_n >= l.max_in_flight THEN
-            v_ready := greatest(v_ready, v_at);
-        END IF;
     END IF;
-    SELECT coalesce(min(i.visible_at), 'infinity') INTO v_at FROM queue.item_live i
-     WHERE i.queue_name = l.queue_name AND i.limit_key = l.limit_key
-       AND i.priority >= queue._flow_band() AND i.visible_at < queue._flow_parked();
-    v_ready := greatest(v_ready, v_at);
+    IF l.max_in_flight IS NOT NULL AND v_n >= l.max_in_flight THEN
+        v_ready := greatest(v_ready, v_at);     -- full: until its first lease ends
+    ELSIF NOT EXISTS (SELECT 1 FROM queue.item_live i
+                       WHERE i.queue_name = l.queue_name AND i.limit_key = l.limit_key
+                         AND i.priority >= queue._flow_band() AND i.visible_at <= v_now) THEN
+        -- nothing claimable now: until the next item is due
+        SELECT coalesce(min(i.visible_at), 'infinity') INTO v_at FROM queue.item_live i
+         WHERE i.queue_name = l.queue_name AND i.limit_key = l.limit_key
+           AND i.priority >= queue._flow_band() AND i.visible_at < queue._flow_parked();
+        v_ready := greatest(v_ready, v_at);
+    END IF;
     IF l.rate IS NOT NULL THEN
         SELECT count(*), min(w.at) INTO v_n, v_at FROM (
             SELECT c.at FROM queue.flow_claim c
