@@ -261,6 +261,8 @@ SELECT count(queue.enqueue('fu', '{"n": "u1"}', requires => ARRAY['mainframe']))
 SELECT status, reasons FROM queue.health('fu');
 UPDATE queue.item_live SET run_at = now() - interval '6 min' WHERE queue_name = 'fu';
 SELECT status, reasons FROM queue.health('fu');
+-- the reason names its rule, as the capacity reasons do
+SELECT count(*) AS named_unroutable FROM queue.health('fu'), unnest(reasons) r WHERE r LIKE 'unroutable: %';
 SELECT count(*) FROM queue.sweep('fu');
 SELECT kind, message, details FROM queue.alerts WHERE queue_name = 'fu' AND cleared_at IS NULL;
 INSERT INTO queue.worker_registry (worker, labels) VALUES ('mainframe-bot', ARRAY['mainframe']);
