@@ -692,7 +692,7 @@ BEGIN
              LIMIT 10000) i;
     IF v_n > 0 THEN
         kind := 'unroutable';
-        reason := format('%s item%s waiting over %s need%s labels no active worker has (%s)',
+        reason := format('unroutable: %s item%s waiting over %s need%s labels no active worker has (%s)',
                          v_n, CASE WHEN v_n > 1 THEN 's' ELSE '' END,
                          queue._say_interval(v_after), CASE WHEN v_n > 1 THEN '' ELSE 's' END,
                          array_to_string(v_labels, ', '));
