@@ -814,6 +814,22 @@ PY
 	sql "SELECT queue.drop_queue('t_tty_' || i) FROM generate_series(1, 15) i" >/dev/null
 fi
 
+# -- case: the payload reaches the command as one line ---------------------
+# A line ends with a newline: `read` in a shell script under set -e (or in
+# a while-read loop) must get the payload, not an unterminated last line.
+if want stdinline; then
+	sql "SELECT queue.create_queue('t_stdinline')" >/dev/null
+	sql "SELECT queue.enqueue('t_stdinline', '{\"name\": \"Zoë 😀\", \"n\": 1}')" >/dev/null
+	worker t_stdinline stdinline1 --max-items 1 --exec '
+		set -e
+		IFS= read -r line
+		printf "{\"line\": %s, \"more\": %s}\n" "$line" "$(wc -c)"'
+	is "stdinline: worker exits 0" "$?" 0
+	is "stdinline: read -r under set -e gets the whole payload, and nothing follows its line" \
+		"$(sql "SELECT (result->'line' = payload)::text || ' ' || (result->>'more') FROM queue.history WHERE queue_name = 't_stdinline'")" \
+		"true 0"
+fi
+
 # -- case: stdout lines that end in whitespace at a read's end -----------
 if want jsonread; then
 	sql "SELECT queue.create_queue('t_jsonread')" >/dev/null
