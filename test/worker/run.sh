@@ -814,6 +814,52 @@ PY
 	sql "SELECT queue.drop_queue('t_tty_' || i) FROM generate_series(1, 15) i" >/dev/null
 fi
 
+# -- case: queue-top redraws at once when the terminal is resized --------
+if want topresize; then
+	sql "SELECT queue.create_queue('t_rsz_' || i) FROM generate_series(1, 15) i" >/dev/null
+	# a 40x200 terminal, then 10x40 (the kernel sends SIGWINCH): with a
+	# 30 s --interval, the next frame must come from the resize, not the timer
+	python3 - "$TOP" "$DSN" >"$LOG/topresize.out" 2>&1 <<'PY'
+import fcntl, os, pty, re, select, struct, sys, termios, time
+def setsize(fd, rows, cols):
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack('HHHH', rows, cols, 0, 0))
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], [sys.argv[1], '--dsn', sys.argv[2], '--interval', '30'])
+setsize(fd, 40, 200)
+buf = b''
+def pump(secs):
+    global buf
+    end = time.time() + secs
+    while time.time() < end:
+        r, _, _ = select.select([fd], [], [], 0.05)
+        if r:
+            try:
+                buf += os.read(fd, 65536)
+            except OSError:
+                return
+pump(1.5)
+mark = len(buf)
+setsize(fd, 10, 40)
+pump(1.5)
+frames = buf[mark:].split(b'\x1b[H')[1:]
+os.write(fd, b'q')
+pump(1.0)
+os.waitpid(pid, 0)
+if not frames:
+    print('no frame within 1.5 s of the resize')
+else:
+    lines = frames[-1].replace(b'\r', b'').split(b'\n')[:-1]
+    plain = [re.sub(rb'\x1b\[[0-9;?]*[A-Za-z]', b'', l).decode() for l in lines]
+    widest = max((len(l) for l in plain), default=0)
+    print('redrawn fits' if len(lines) <= 9 and widest <= 40
+          else 'redrawn: %d lines, widest %d' % (len(lines), widest))
+PY
+	is "topresize: a resized terminal gets a frame that fits it at once, not at the next --interval" \
+		"$(tail -1 "$LOG/topresize.out")" "redrawn fits"
+	sql "SELECT queue.drop_queue('t_rsz_' || i) FROM generate_series(1, 15) i" >/dev/null
+fi
+
 # -- case: the payload reaches the command as one line ---------------------
 # A line ends with a newline: `read` in a shell script under set -e (or in
 # a while-read loop) must get the payload, not an unterminated last line.
