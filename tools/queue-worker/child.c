@@ -58,9 +58,10 @@ item_start(Item *it)
 	pid_t		pid;
 	pid_t		parent;
 
+	/* one line: the payload JSON (jsonb prints no newline) and a newline */
 	in = tmpfile();
-	if (in == NULL || fputs(it->payload, in) == EOF || fflush(in) != 0 ||
-		fseek(in, 0, SEEK_SET) != 0)
+	if (in == NULL || fputs(it->payload, in) == EOF || fputc('\n', in) == EOF ||
+		fflush(in) != 0 || fseek(in, 0, SEEK_SET) != 0)
 	{
 		log_msg("item %s: cannot stage the payload for the command: %s",
 				it->id, strerror(errno));
