@@ -67,6 +67,7 @@ static PGconn *conn;
 static struct termios saved_tty;
 static bool tty_raw = false;
 static volatile sig_atomic_t got_signal = 0;
+static volatile sig_atomic_t got_winch = 0;	/* the terminal was resized */
 static bool query_failed = false;	/* some section could not be shown */
 
 /* ---------------------------------------------------------------------
@@ -569,6 +570,13 @@ on_signal(int sig)
 	got_signal = sig;
 }
 
+static void
+on_winch(int sig)
+{
+	(void) sig;
+	got_winch = 1;
+}
+
 /* The terminal's columns and rows (0 when unknown). */
 static void
 term_size(int *cols, int *rows)
@@ -759,6 +767,15 @@ main(int argc, char **argv)
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	signal(SIGHUP, on_signal);
+	{
+		/* a resize redraws at once (poll() returns EINTR), not at the next tick */
+		struct sigaction sa;
+
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_winch;
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGWINCH, &sa, NULL);
+	}
 	tty_setup();
 	atexit(tty_restore);
 	fputs("\033[2J\033[?25l", stdout);	/* clear, hide the cursor */
@@ -782,6 +799,13 @@ main(int argc, char **argv)
 			left = until - (ts.tv_sec + ts.tv_nsec / 1e9);
 			if (left <= 0 || got_signal)
 				break;
+			if (got_winch)
+			{
+				/* the old frame is the wrong shape now: clear, then redraw */
+				got_winch = 0;
+				fputs("\033[2J", stdout);
+				break;
+			}
 			rc = poll(&p, tty_raw ? 1 : 0, (int) (left * 1000) + 1);
 			if (rc > 0)
 			{
