@@ -386,6 +386,26 @@ if want sigterm; then
 		"$(sql "SELECT state || '/' || attempt FROM queue.items WHERE queue_name = 't_term_default'")" "queued/0"
 fi
 
+# -- case: SIGTERM to the worker and its commands at once (systemd's stop) -
+# systemd's default KillMode=control-group, like `kill -TERM 0` in a
+# supervisor script, sends SIGTERM to every process of the service: the
+# commands die of it while the worker winds down. Their items are released
+# as on any SIGTERM, not dead-lettered as commands that crashed.
+if want sigterm; then
+	sql "SELECT queue.create_queue('t_term_all')" >/dev/null
+	sql "SELECT queue.enqueue('t_term_all', '{\"n\": 1}')" >/dev/null
+	bg_worker t_term_all termall1 --grace 5s --exec 'exec sleep 30.25'
+	w=$BG
+	wait_for 10 "SELECT count(*) = 1 FROM queue.items WHERE queue_name = 't_term_all' AND state = 'processing'"
+	cmd=$(pgrep -f '^sleep 30.25' | head -1)
+	kill -TERM "$w" "$cmd"
+	wait "$w"
+	is "sigterm: a worker stopped with its commands exits 0" "$?" 0
+	is "sigterm: the item whose command died of the same SIGTERM was released, not dead-lettered" \
+		"$(sql "SELECT coalesce((SELECT state || '/' || attempt FROM queue.items WHERE queue_name = 't_term_all'), 'gone')
+		        || ' ' || (SELECT count(*) FROM queue.dead_letters WHERE queue_name = 't_term_all')")" "queued/0 0"
+fi
+
 # -- case: the database restarts under a running command -----------------
 if want restart; then
 	sql "SELECT queue.create_queue('t_restart')" >/dev/null
