@@ -387,6 +387,23 @@ decide_stopped(Item *it)
 	it->error_code = xstrdup("WORKER_STOPPED");
 }
 
+/*
+ * Did the command end of a signal that stops the worker gracefully
+ * (SIGTERM, SIGINT, SIGHUP), or exit 128 plus one of them, as shells and
+ * JVMs report a death by it?
+ */
+static bool
+died_of_stop_signal(int st)
+{
+	int			sig = 0;
+
+	if (WIFSIGNALED(st))
+		sig = WTERMSIG(st);
+	else if (WIFEXITED(st) && WEXITSTATUS(st) > 128)
+		sig = WEXITSTATUS(st) - 128;
+	return sig == SIGTERM || sig == SIGINT || sig == SIGHUP;
+}
+
 /* The child exited and its pipes are closed: decide the report. */
 void
 item_decide(Item *it)
@@ -418,6 +435,19 @@ item_decide(Item *it)
 	 */
 	if (it->stopping && !it->timed_out && !(WIFEXITED(st) &&
 		(WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == EXIT_TEMPFAIL)))
+	{
+		decide_stopped(it);
+		free(tail);
+		return;
+	}
+	/*
+	 * Stopped with the worker: while it shuts down, a command that died of
+	 * a stop signal got it from whoever stops the worker (systemd's
+	 * control-group stop, `kill 0` in a script, a process group signalled
+	 * by hand) and did not fail: it ends like one stopped at the end of the
+	 * grace period.
+	 */
+	if (shutting_down && !it->timed_out && died_of_stop_signal(st))
 	{
 		decide_stopped(it);
 		free(tail);

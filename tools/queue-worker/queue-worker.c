@@ -561,7 +561,14 @@ wait_and_dispatch(Loop *lp)
 	}
 	take_notifications(lp);
 
-	/* SIGCHLD may race with the pipe read; reaping is cheap */
+	/*
+	 * A signal that interrupted poll() (EINTR) left its byte in the pipe:
+	 * take the signals in the order they came before reaping, so a
+	 * command that died of the SIGTERM which also stops the worker is seen
+	 * as stopped with it.  SIGCHLD may race with the pipe read; reaping is
+	 * cheap.
+	 */
+	handle_signals();
 	reap_children();
 }
 
