@@ -575,6 +575,12 @@ if want samename; then
 		wait_for 10 "SELECT count(*) = 1 FROM queue.items WHERE queue_name = 't_same' AND state = 'processing'"
 		kill -KILL "$w"
 		wait "$w" 2>/dev/null
+		if grep -q 'held under this name' "$LOG/same1.log"; then
+			notok "samename: a worker starting under a new name does not log leases it did not end" \
+				"$(grep 'held under this name' "$LOG/same1.log")"
+		else
+			ok "samename: a worker starting under a new name does not log leases it did not end"
+		fi
 		t0=$SECONDS
 		worker t_same same1 --max-items 1 --exec 'cat >/dev/null; echo "{\"attempt\": $QUEUE_ATTEMPT}"'
 		is "samename: the restarted worker exits 0" "$?" 0
