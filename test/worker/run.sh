@@ -588,7 +588,7 @@ if want samename; then
 			"$(sql "SELECT attempts || ' ' || worker FROM queue.history WHERE queue_name = 't_same'")" "2 same1"
 		[ $((SECONDS - t0)) -le 10 ] && ok "samename: within seconds" ||
 			notok "samename: within seconds" "took $((SECONDS - t0)) s"
-		like "samename: the log says the earlier leases were ended" "$(cat "$LOG/same1.log")" 'leases an earlier process held'
+		like "samename: the log says the earlier leases were ended" "$(cat "$LOG/same1.log")" 'ended 1 lease an earlier process held'
 	else
 		skip "samename: restart under the same name" "register_worker has no restart argument here"
 	fi

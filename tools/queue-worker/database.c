@@ -262,16 +262,23 @@ detect_register_args(void)
 static void
 register_worker(bool restart)
 {
-	/* $5 labels as "a,b", $6 restart; constant texts, values as parameters */
+	/*
+	 * $5 labels as "a,b", $6 restart; constant texts, values as parameters.
+	 * The first column counts the leases held under the name as the
+	 * statement starts (its snapshot does not see what the call ends).
+	 */
+#define HELD "SELECT (SELECT pg_catalog.count(*) FROM queue.items i" \
+		" WHERE i.worker = $1 AND i.state = 'processing'), "
 	static const char *const sql[2][2] = {
-		{"SELECT queue.register_worker($1, ARRAY[$2]::text[], $3::int, $4::jsonb)",
-		 "SELECT queue.register_worker($1, ARRAY[$2]::text[], $3::int, $4::jsonb,"
+		{HELD "queue.register_worker($1, ARRAY[$2]::text[], $3::int, $4::jsonb)",
+		 HELD "queue.register_worker($1, ARRAY[$2]::text[], $3::int, $4::jsonb,"
 		 " restart => $5::boolean)"},
-		{"SELECT queue.register_worker($1, ARRAY[$2]::text[], $3::int, $4::jsonb,"
+		{HELD "queue.register_worker($1, ARRAY[$2]::text[], $3::int, $4::jsonb,"
 		 " labels => pg_catalog.string_to_array($5, ','))",
-		 "SELECT queue.register_worker($1, ARRAY[$2]::text[], $3::int, $4::jsonb,"
+		 HELD "queue.register_worker($1, ARRAY[$2]::text[], $3::int, $4::jsonb,"
 		 " labels => pg_catalog.string_to_array($5, ','), restart => $6::boolean)"}
 	};
+#undef HELD
 	char		cap[16];
 	char		info[512];
 	char		host[128] = "";
@@ -302,9 +309,12 @@ register_worker(bool restart)
 	qs = run_query("register_worker", sql[use_labels][use_restart], nvals, vals, &res, sqlstate);
 	if (qs == Q_OK)
 	{
+		long		held = atol(PQgetvalue(res, 0, 0));
+
 		PQclear(res);
-		if (use_restart)
-			log_msg("registered; leases an earlier process held under this name were ended");
+		if (use_restart && held > 0)
+			log_msg("registered; ended %ld lease%s an earlier process held under this name "
+					"(attempt counted, error \"worker restarted\")", held, held == 1 ? "" : "s");
 	}
 	else if (qs == Q_FAIL && restart && !strcmp(sqlstate, "42501"))
 	{
