@@ -558,6 +558,88 @@ EOS
 	like "pollfail: the log says why it stopped" "$(cat "$LOG/pollfail1.log")" 'poll: .*stopping'
 fi
 
+# -- case: commands that cannot be started, a /tmp that cannot be written -
+if want startfail && command -v cc >/dev/null; then
+	cat >"$TMP/failstart.c" <<'EOS'
+/* tmpfile() fails (a read-only /tmp) while $RO_TMP exists, fork() while $NO_FORK does */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+static int
+flag(const char *name)
+{
+	const char *f = getenv(name);
+
+	return f && access(f, F_OK) == 0;
+}
+FILE *
+tmpfile(void)
+{
+	static FILE *(*real) (void);
+
+	if (flag("RO_TMP"))
+	{
+		errno = EROFS;
+		return NULL;
+	}
+	if (real == NULL)
+		real = (FILE *(*) (void)) dlsym(RTLD_NEXT, "tmpfile");
+	return real();
+}
+FILE *
+tmpfile64(void)
+{
+	return tmpfile();
+}
+pid_t
+fork(void)
+{
+	static pid_t (*real) (void);
+
+	if (flag("NO_FORK"))
+	{
+		errno = EAGAIN;
+		return -1;
+	}
+	if (real == NULL)
+		real = (pid_t (*) (void)) dlsym(RTLD_NEXT, "fork");
+	return real();
+}
+EOS
+	cc -shared -fPIC -o "$TMP/failstart.so" "$TMP/failstart.c" -ldl
+	# a read-only /tmp (a container's read-only root file system)
+	sql "SELECT queue.create_queue('t_rotmp')" >/dev/null
+	sql "SELECT queue.enqueue('t_rotmp', '{\"n\": \"ünï 😀\"}')" >/dev/null
+	touch "$TMP/ro-tmp"
+	RO_TMP="$TMP/ro-tmp" LD_PRELOAD="$TMP/failstart.so" ASAN_OPTIONS="${ASAN_OPTIONS:-}:verify_asan_link_order=0" \
+		timeout -k 3 15 "$WORKER" --dsn "$DSN" --queue t_rotmp --name rotmp1 --poll 200ms --idle-exit 2s \
+		--exec 'cat' >"$LOG/rotmp1.out" 2>"$LOG/rotmp1.log"
+	is "startfail: with /tmp not writable the worker exits 0" "$?" 0
+	is "startfail: and the payload still reached the command" \
+		"$(sql "SELECT (result = payload)::text FROM queue.history WHERE queue_name = 't_rotmp'")" true
+
+	# fork() failing (a process limit reached): no claim-and-release storm
+	sql "SELECT queue.create_queue('t_nofork')" >/dev/null
+	NO_FORK="$TMP/no-fork" LD_PRELOAD="$TMP/failstart.so" ASAN_OPTIONS="${ASAN_OPTIONS:-}:verify_asan_link_order=0" \
+		bg_worker t_nofork nofork1 --poll 500ms --idle-exit 3s --exec 'cat >/dev/null; echo "{\"ran\": true}"'
+	w=$BG
+	sleep 1
+	touch "$TMP/no-fork"
+	sql "SELECT queue.enqueue('t_nofork', '{\"n\": 1}')" >/dev/null
+	sleep 2
+	rm -f "$TMP/no-fork"
+	wait "$w"
+	is "startfail: after fork failed the worker still exits 0" "$?" 0
+	n=$(grep -c 'claimed item' "$LOG/nofork1.log")
+	[ "$n" -le 10 ] && ok "startfail: while commands cannot start, the item is claimed again only every --poll (2 s: $n claims)" ||
+		notok "startfail: while commands cannot start, the item is claimed again only every --poll" "$n claims in 2 s"
+	is "startfail: once commands start again the item is done" \
+		"$(sql "SELECT result::text FROM queue.history WHERE queue_name = 't_nofork'")" '{"ran": true}'
+fi
+
 # has_arg FUNCTION ARG : does this server's queue.FUNCTION take ARG?
 has_arg() {
 	sql "SELECT coalesce(bool_or('$2' = ANY (p.proargnames)), false) FROM pg_proc p
