@@ -17,6 +17,9 @@
  *
  *-------------------------------------------------------------------------
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE				/* memfd_create */
+#endif
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #ifdef __linux__
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #endif
 #include <sys/types.h>
@@ -48,6 +52,29 @@ set_cloexec_nonblock(int fd)
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
+/*
+ * A file for the payload the command reads on stdin: in memory where the
+ * system has memfd_create, so that a read-only /tmp (a container's
+ * read-only root file system) does not stop the worker; else tmpfile().
+ */
+static FILE *
+payload_file(void)
+{
+#ifdef MFD_CLOEXEC
+	int			fd = memfd_create("queue-worker-payload", MFD_CLOEXEC);
+
+	if (fd >= 0)
+	{
+		FILE	   *f = fdopen(fd, "w+");
+
+		if (f)
+			return f;
+		close(fd);
+	}
+#endif
+	return tmpfile();
+}
+
 /* Start the command for one waiting item. */
 bool
 item_start(Item *it)
@@ -59,7 +86,7 @@ item_start(Item *it)
 	pid_t		parent;
 
 	/* one line: the payload JSON (jsonb prints no newline) and a newline */
-	in = tmpfile();
+	in = payload_file();
 	if (in == NULL || fputs(it->payload, in) == EOF || fputc('\n', in) == EOF ||
 		fflush(in) != 0 || fseek(in, 0, SEEK_SET) != 0)
 	{

@@ -182,9 +182,10 @@ begin_shutdown(int sig)
 
 /* Start waiting items in free slots. */
 static void
-start_waiting_items(void)
+start_waiting_items(Loop *lp)
 {
 	int			running = count_state(IT_RUNNING);
+	bool		failed = false;
 
 	for (int i = 0; i < nitems && running < opt.concurrency && !shutting_down; i++)
 		if (items[i].state == IT_WAITING)
@@ -193,11 +194,24 @@ start_waiting_items(void)
 				running++;
 			else
 			{
-				/* could not even start: give the item back */
+				/* could not even start: give the item back, budget included */
 				items[i].state = IT_REPORT;
 				items[i].outcome = OUT_RELEASE;
+				items[i].finished_at = now_mono();
+				if (opt.max_items)
+					lp->claimed_budget++;
+				failed = true;
 			}
 		}
+	if (failed)
+	{
+		/*
+		 * Claiming again at once would hand the items straight back: wait
+		 * one poll interval (a process limit or memory may free up).
+		 */
+		lp->next_claim = now_mono() + lp->poll_delay;
+		log_msg("cannot start commands; claiming again in %.1f s", lp->poll_delay);
+	}
 }
 
 /* Deliver reports and checkpoints, keep leases, heartbeat. */
@@ -647,7 +661,7 @@ main(int argc, char **argv)
 
 	for (;;)
 	{
-		start_waiting_items();
+		start_waiting_items(&lp);
 		service_database(&lp);
 		enforce_deadlines();
 		if (claim_step(&lp))
