@@ -751,6 +751,27 @@ if want cancel; then
 		is "cancel: the worker exits 0" "$?" 0
 		like "cancel: its log says the item was cancelled" "$(cat "$LOG/cancel1.log")" \
 			'item [0-9]+ was cancelled.*cancelled item handed back.*cancelled 1'
+
+		# a command that checkpoints often learns of the cancel from a
+		# refused checkpoint before any lease extension: the item is handed
+		# back all the same (a dead letter at once, not at lease expiry)
+		sql "SELECT queue.create_queue('t_cancel_ckpt', lease_timeout => '60 s')" >/dev/null
+		id=$(sql "SELECT queue.enqueue('t_cancel_ckpt', '{\"n\": 1}')")
+		bg_worker t_cancel_ckpt cancel2 --idle-exit 3s --exec \
+			'cat >/dev/null; i=0; while [ $i -lt 300 ]; do i=$((i + 1)); echo "{\"checkpoint\": {\"step\": $i}}"; sleep 0.1; done'
+		w=$BG
+		wait_for 10 "SELECT count(*) = 1 FROM queue.items WHERE queue_name = 't_cancel_ckpt' AND state = 'processing'"
+		sleep 0.5
+		sql "SELECT queue.cancel('t_cancel_ckpt', $id, 'wrong customer')" >/dev/null
+		if wait_for 5 "SELECT count(*) = 1 FROM queue.dead_letters WHERE queue_name = 't_cancel_ckpt' AND reason = 'cancelled'"; then
+			ok "cancel: an item cancelled while its command checkpoints is a dead letter at once"
+		else
+			notok "cancel: an item cancelled while its command checkpoints is a dead letter at once" \
+				"$(sql "SELECT state || ' ' || coalesce(lease_expires_at::text, '-') FROM queue.items WHERE queue_name = 't_cancel_ckpt'")"
+		fi
+		wait "$w"
+		like "cancel: the log says cancelled, not a lost lease" "$(cat "$LOG/cancel2.log")" \
+			'was cancelled.*lost lease 0, released 0, cancelled 1'
 	else
 		skip "cancel: a running item cancelled" "cancel of processing items is not in this extension"
 	fi
