@@ -37,6 +37,7 @@ static PGconn *open_connection(char *errbuf, size_t errlen);
 static void start_listening(void);
 static void register_worker(bool restart);
 static void end_refused(Item *it, const char *sqlstate);
+static void extension_refused(Item *it, const char *what);
 
 /* characters of stdout kept when a result is larger than the server takes */
 #define RESULT_CUT_CHARS "1024"
@@ -451,9 +452,8 @@ item_send_checkpoints(Item *it)
 				log_msg("item %s checkpoint saved", it->id);
 			else if (!it->lost)
 			{
-				log_msg("item %s: lease lost (checkpoint refused); killing the command", it->id);
-				it->lost = true;
-				item_kill(it, SIGKILL);
+				/* as for a refused extension: cancelled, or someone else's */
+				extension_refused(it, "checkpoint");
 			}
 		}
 		free(it->checkpoints[0]);
@@ -688,14 +688,14 @@ still_ours(Item *it)
  * turns into the dead letter the operator asked for.
  */
 static void
-extension_refused(Item *it)
+extension_refused(Item *it, const char *what)
 {
 	double		age = now_mono() - it->claimed_at;
 
 	if (still_ours(it))
 	{
-		log_msg("item %s was cancelled (extend_lease refused it after %.2f s); stopping the command",
-				it->id, age);
+		log_msg("item %s was cancelled (%s refused it after %.2f s); stopping the command",
+				it->id, what, age);
 		it->refused = true;
 		if (it->state == IT_WAITING)
 		{
@@ -759,7 +759,7 @@ extend_leases(void)
 		else
 		{
 			PQclear(res);
-			extension_refused(it);
+			extension_refused(it, "extend_lease");
 			continue;
 		}
 		PQclear(res);
