@@ -908,6 +908,16 @@ if want top; then
 	is "top: --once exits 1 when the database is unreachable" "$?" 1
 	"$TOP" --interval 0 >/dev/null 2>&1
 	is "top: a bad --interval exits 2" "$?" 2
+	# a fleet after some deploys: the names of processes that are gone (the
+	# default host-pid names) stay offline for days; the live ones must show
+	sql "SELECT queue.register_worker('a_gone_' || lpad(i::text, 2, '0'), '{t_top}') FROM generate_series(1, 25) i;
+	     UPDATE queue.worker_registry SET last_seen = now() - interval '1 hour' WHERE worker LIKE 'a_gone_%';
+	     SELECT queue.enqueue('t_top', '{}'); SELECT count(*) FROM queue.dequeue('t_top', 'zz_live')" >/dev/null
+	out=$("$TOP" --dsn "$DSN" --once 2>&1)
+	like "top: a working worker is listed ahead of offline ones, not cut off behind them" "$out" 'zz_live +active'
+	sql "SELECT queue.complete('t_top', item_id, lease_token) FROM queue.item_live
+	      WHERE queue_name = 't_top' AND worker = 'zz_live';
+	     DELETE FROM queue.worker_registry WHERE worker LIKE 'a_gone_%' OR worker = 'zz_live'" >/dev/null
 fi
 
 # -- case: queue-top on a small terminal ---------------------------------
