@@ -363,12 +363,18 @@ draw_workers(Frame *f)
 	char		line[4096];
 
 	frame_line(f, NULL, "%s", "");
+	/*
+	 * Working workers first, offline ones last: the names of processes
+	 * that are gone (host-pid names, one per start) stay for days and
+	 * would otherwise push the live ones out of the rows shown.
+	 */
 	r = query(f, "workers",
 			  "SELECT * FROM queue.workers w"
 			  " WHERE $1::text IS NULL OR $1::text = ANY (w.queues)"
 			  "    OR EXISTS (SELECT 1 FROM queue.items i"
 			  "                WHERE i.queue_name = $1::text AND i.worker = w.worker)"
-			  " ORDER BY 1 LIMIT 200", 1);
+			  " ORDER BY CASE pg_catalog.to_jsonb(w) ->> 'status' WHEN 'active' THEN 0"
+			  "          WHEN 'idle' THEN 2 WHEN 'offline' THEN 3 ELSE 1 END, 1 LIMIT 200", 1);
 	if (r == NULL)
 		return;
 	nf = PQnfields(r);
