@@ -386,6 +386,26 @@ if want sigterm; then
 		"$(sql "SELECT state || '/' || attempt FROM queue.items WHERE queue_name = 't_term_default'")" "queued/0"
 fi
 
+# -- case: SIGTERM while the worker is still starting: it claims nothing --
+if want sigterm; then
+	sql "SELECT queue.create_queue('t_term_start')" >/dev/null
+	sql "SELECT queue.enqueue('t_term_start', '{\"n\": 1}')" >/dev/null
+	# the start's first look at the queue waits for this lock
+	"$BINDIR/psql" -X -q -d "$DSN" -c "BEGIN; LOCK TABLE queue.queue_config; SELECT pg_sleep(2); COMMIT" \
+		>/dev/null 2>&1 &
+	locker=$!
+	sleep 0.5
+	bg_worker t_term_start termstart1 --exec 'cat >/dev/null; echo "{}"'
+	w=$BG
+	sleep 0.5
+	kill -TERM "$w"
+	wait "$locker"
+	wait "$w"
+	is "sigterm: a worker stopped while starting exits 0" "$?" 0
+	is "sigterm: and claimed nothing after the signal" \
+		"$(grep -c 'claimed item' "$LOG/termstart1.log") $(sql "SELECT count(*) FROM queue.events WHERE queue_name = 't_term_start' AND kind = 'claimed'")" "0 0"
+fi
+
 # -- case: SIGTERM to the worker and its commands at once (systemd's stop) -
 # systemd's default KillMode=control-group, like `kill -TERM 0` in a
 # supervisor script, sends SIGTERM to every process of the service: the
