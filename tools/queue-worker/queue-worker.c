@@ -659,6 +659,8 @@ main(int argc, char **argv)
 			opt.max_items ? ", bounded by --max-items" : "",
 			opt.idle_exit > 0 ? ", bounded by --idle-exit" : "");
 
+	/* a signal that came while starting: no claim after it */
+	handle_signals();
 	for (;;)
 	{
 		start_waiting_items(&lp);
