@@ -792,6 +792,23 @@ if want cancel; then
 		wait "$w"
 		like "cancel: the log says cancelled, not a lost lease" "$(cat "$LOG/cancel2.log")" \
 			'was cancelled.*lost lease 0, released 0, cancelled 1'
+
+		# a command that finished (exit 0) before the worker learnt of the
+		# cancel: its complete comes first and wins. The command cancels its
+		# own item, then exits 0 while a process outside its group (started
+		# first, so that it has left the group) keeps stdout open for a
+		# moment, during which the lease (1 s) is extended
+		sql "SELECT queue.create_queue('t_cancel_done', lease_timeout => '1 s')" >/dev/null
+		sql "SELECT queue.enqueue('t_cancel_done', '{\"n\": 1}')" >/dev/null
+		worker t_cancel_done cancel3 --max-items 1 -v --exec "
+			cat >/dev/null
+			setsid sleep 1.5 &
+			sleep 0.1
+			'$BINDIR/psql' -X -q -d '$DSN' -c \"SELECT queue.cancel('t_cancel_done', \$QUEUE_ITEM_ID)\" >/dev/null
+			echo '{\"done\": true}'"
+		is "cancel: a command that exited 0 before the cancel was seen completes its item" \
+			"$(sql "SELECT coalesce((SELECT result::text FROM queue.history WHERE queue_name = 't_cancel_done'), 'not completed')
+			        || ' ' || (SELECT count(*) FROM queue.dead_letters WHERE queue_name = 't_cancel_done')")" '{"done": true} 0'
 	else
 		skip "cancel: a running item cancelled" "cancel of processing items is not in this extension"
 	fi
