@@ -449,7 +449,12 @@ item_decide(Item *it)
 		free(tail);
 		return;
 	}
-	if (it->refused)
+	/*
+	 * Cancelled: hand the item back, unless the command had already
+	 * finished its work (exit 0 before our SIGKILL): a complete that comes
+	 * first still wins.
+	 */
+	if (it->refused && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
 	{
 		it->outcome = OUT_RELEASE;
 		free(tail);
