@@ -1036,6 +1036,44 @@ PY
 	sql "SELECT queue.drop_queue('t_rsz_' || i) FROM generate_series(1, 15) i" >/dev/null
 fi
 
+# -- case: queue-top piped into a reader that goes away (| head) -----------
+if want toppipe; then
+	# on a terminal, writing into a closed pipe: queue-top ends and the
+	# terminal gets its echo back, as on q or SIGINT, whether SIGPIPE kills
+	# by default or was left ignored by whoever started it
+	for sigpipe in default ignored; do
+		python3 - "$TOP" "$DSN" "$sigpipe" >"$LOG/toppipe-$sigpipe.out" 2>&1 <<'PY'
+import os, pty, select, signal, sys, termios, time
+pid, fd = pty.fork()
+if pid == 0:
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL if sys.argv[3] == 'default' else signal.SIG_IGN)
+    os.execv('/bin/sh', ['sh', '-c', "'%s' --dsn '%s' --interval 0.3 | head -c 100 >/dev/null; sleep 1"
+                         % (sys.argv[1], sys.argv[2])])
+before = termios.tcgetattr(fd)
+end = time.time() + 4
+done = False
+while time.time() < end and not done:
+    r, _, _ = select.select([fd], [], [], 0.05)
+    if r:
+        try:
+            os.read(fd, 65536)
+        except OSError:
+            pass
+    after = termios.tcgetattr(fd)
+    done = os.waitpid(pid, os.WNOHANG)[0] == pid
+if not done:
+    os.killpg(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    print('queue-top still running 4 s after its reader went away')
+else:
+    print('restored' if after[3] == before[3] else 'echo %s, canonical %s' % (
+        bool(after[3] & termios.ECHO), bool(after[3] & termios.ICANON)))
+PY
+		is "toppipe: with SIGPIPE $sigpipe, queue-top whose reader went away ends and leaves the terminal as it found it" \
+			"$(tail -1 "$LOG/toppipe-$sigpipe.out")" restored
+	done
+fi
+
 # -- case: the payload reaches the command as one line ---------------------
 # A line ends with a newline: `read` in a shell script under set -e (or in
 # a while-read loop) must get the payload, not an unterminated last line.
