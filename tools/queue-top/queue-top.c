@@ -68,6 +68,7 @@ static struct termios saved_tty;
 static bool tty_raw = false;
 static volatile sig_atomic_t got_signal = 0;
 static volatile sig_atomic_t got_winch = 0;	/* the terminal was resized */
+static bool output_gone = false;	/* stdout can no longer be written */
 static bool query_failed = false;	/* some section could not be shown */
 
 /* ---------------------------------------------------------------------
@@ -666,7 +667,8 @@ draw_frame(void)
 	if (!once)
 		frame_raw(&f, "\033[J", 3);	/* clear below the frame */
 	fwrite(f.data, 1, f.len, stdout);
-	fflush(stdout);
+	if (fflush(stdout) != 0 || ferror(stdout))
+		output_gone = true;		/* a closed pipe (| head) or a gone terminal */
 	free(f.data);
 	return ok;
 }
@@ -773,6 +775,12 @@ main(int argc, char **argv)
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	signal(SIGHUP, on_signal);
+	/*
+	 * A reader that goes away (queue-top | head) ends the view like q, with
+	 * the terminal restored; SIGPIPE may also have been left ignored, so
+	 * the failed write is checked too (output_gone).
+	 */
+	signal(SIGPIPE, on_signal);
 	{
 		/* a resize redraws at once (poll() returns EINTR), not at the next tick */
 		struct sigaction sa;
@@ -786,7 +794,7 @@ main(int argc, char **argv)
 	atexit(tty_restore);
 	fputs("\033[2J\033[?25l", stdout);	/* clear, hide the cursor */
 
-	while (!got_signal)
+	while (!got_signal && !output_gone)
 	{
 		struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
 		double		until;
@@ -794,6 +802,8 @@ main(int argc, char **argv)
 		bool		quit = false;
 
 		draw_frame();
+		if (output_gone)
+			break;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		until = ts.tv_sec + ts.tv_nsec / 1e9 + interval;
 		for (;;)
