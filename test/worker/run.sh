@@ -162,6 +162,12 @@ if want success; then
 	is "success: no live items left" "$(sql "SELECT count(*) FROM queue.items WHERE queue_name = 't_ok'")" 0
 	like "success: log has claimed, done and a summary" "$(cat "$LOG/ok1.log")" \
 		'claimed item .*done item .*summary: claimed 3, completed 3'
+	# --verbose copies the output to the log line by line, stderr as stdout
+	sql "SELECT queue.enqueue('t_ok', '{\"n\": 4}')" >/dev/null
+	worker t_ok ok2 --max-items 1 --verbose --exec \
+		'cat >/dev/null; printf "out one\nout two\n"; printf "err one\nerr two\n" >&2'
+	is "success: --verbose logs each line of stdout and of stderr as its own log line" \
+		"$(grep -cE 'item [0-9]+ (stdout: out|stderr: err) (one|two)$' "$LOG/ok2.log")" 4
 fi
 
 # -- case: a program path with plain words runs without a shell ----------
