@@ -271,8 +271,16 @@ item_read(Item *it, int *fdp, bool is_stdout)
 			else
 			{
 				buf_append_tail(&it->err, chunk, n, STDERR_CAP);
-				if (opt.verbose)
-					log_msg("item %s stderr: %.*s", it->id, (int) n, chunk);
+				/* one log line per line (a line cut by a read's end: two) */
+				for (const char *s = chunk, *e = chunk + n; opt.verbose && s < e;)
+				{
+					const char *nl = memchr(s, '\n', e - s);
+					const char *end = nl ? nl : e;
+
+					if (end > s)
+						log_msg("item %s stderr: %.*s", it->id, (int) (end - s), s);
+					s = end + (nl ? 1 : 0);
+				}
 			}
 			continue;
 		}
