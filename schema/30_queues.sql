@@ -244,6 +244,7 @@ DECLARE
     v_old_window interval;
     v_old_on_dead text;
     v_old_threshold float8;
+    v_since timestamptz;
     v_group text;
 BEGIN
     -- a dedup_window set or lengthened takes the keys completed within it
@@ -283,6 +284,9 @@ BEGIN
     c.breaker_cooldown := coalesce(alter_queue.breaker_cooldown, c.breaker_cooldown);
     c.group_on_dead := coalesce(alter_queue.group_on_dead, c.group_on_dead);
     PERFORM queue._check_settings(c);
+    IF v_old_threshold IS NULL AND c.breaker_threshold IS NOT NULL THEN
+        v_since := now();
+    END IF;
 
     UPDATE queue.queue_config q
        SET lease_timeout = c.lease_timeout, max_attempts = c.max_attempts,
@@ -294,9 +298,9 @@ BEGIN
            breaker_threshold = c.breaker_threshold, breaker_window = c.breaker_window,
            breaker_min_samples = c.breaker_min_samples, breaker_cooldown = c.breaker_cooldown,
            group_on_dead = c.group_on_dead,
-           -- a breaker switched on counts the outcomes from now on
-           breaker_since = CASE WHEN v_old_threshold IS NULL AND c.breaker_threshold IS NOT NULL
-                                THEN now() ELSE q.breaker_since END
+           -- a breaker switched on counts the outcomes from now on (worked
+           -- out here: Citus refuses now() inside a CASE of an UPDATE)
+           breaker_since = coalesce(v_since, q.breaker_since)
      WHERE q.queue_name = v_name;
     -- keys completed within a window set or lengthened, as complete() would
     -- have kept them: the newest completion of each key, never replacing a
