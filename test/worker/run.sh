@@ -180,10 +180,37 @@ if want direct; then
 	is "direct: the program gets its arguments and runs as the worker's child" \
 		"$(sql "SELECT result->>'arg' || ' ' || left(result->>'parent', 12) FROM queue.history WHERE queue_name = 't_direct'")" \
 		"first-arg queue-worker"
+	# a missing or not executable program is a mistake of the set-up: the
+	# worker says so and exits 2 before it claims anything, rather than
+	# dead-lettering every item of the queue
 	worker t_direct direct2 --max-items 1 --exec "$TMP/no-such-program"
-	is "direct: a missing program is a permanent failure that says so" \
-		"$(sql "SELECT reason || ': ' || last_error FROM queue.dead_letters WHERE queue_name = 't_direct'")" \
-		"permanent: cannot run $TMP/no-such-program: No such file or directory"
+	is "direct: a missing program exits 2 at start" "$?" 2
+	like "direct: ... and says which program and why" "$(cat "$LOG/direct2.log")" \
+		"cannot run $TMP/no-such-program: No such file or directory"
+	printf '#!/bin/sh\ncat >/dev/null\n' >"$TMP/not-executable.sh"
+	worker t_direct direct3 --max-items 1 --exec "$TMP/not-executable.sh | cat"
+	is "direct: a program that is not executable exits 2 at start, in the shell form too" "$?" 2
+	is "direct: ... and no item was claimed or dead-lettered" \
+		"$(sql "SELECT count(*) FILTER (WHERE attempt = 0) || '/' || count(*) || '/' ||
+		        (SELECT count(*) FROM queue.dead_letters WHERE queue_name = 't_direct')
+		          FROM queue.items WHERE queue_name = 't_direct'")" "1/1/0"
+	# a program that goes away while the worker runs (a deploy): its items
+	# are given back, not dead-lettered, and the worker waits a poll
+	sql "SELECT queue.create_queue('t_vanish')" >/dev/null
+	cp "$TMP/direct.sh" "$TMP/vanishing.sh"
+	bg_worker t_vanish direct4 --poll 1s --exec "$TMP/vanishing.sh"
+	w=$BG
+	sleep 1
+	rm -f "$TMP/vanishing.sh"
+	sql "SELECT queue.enqueue('t_vanish', '{\"n\": 1}')" >/dev/null
+	sleep 2
+	kill -TERM "$w"
+	wait "$w"
+	is "direct: a program gone after start gives its item back, no dead letter" \
+		"$(sql "SELECT count(*) || '/' || (SELECT count(*) FROM queue.dead_letters WHERE queue_name = 't_vanish')
+		          FROM queue.items WHERE queue_name = 't_vanish' AND attempt = 0 AND worker IS NULL")" "1/0"
+	like "direct: ... and the log says the program cannot be run" "$(cat "$LOG/direct4.log")" \
+		"cannot run $TMP/vanishing.sh: No such file or directory"
 fi
 
 # -- case: LISTEN wakes an idle worker at once ---------------------------
