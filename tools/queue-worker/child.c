@@ -82,6 +82,8 @@ item_start(Item *it)
 	int			outp[2];
 	int			errp[2];
 	FILE	   *in;
+	int			execp[2];
+	int			exec_errno = 0;
 	pid_t		pid;
 	pid_t		parent;
 
@@ -110,6 +112,17 @@ item_start(Item *it)
 		fclose(in);
 		return false;
 	}
+	/* closed by a successful exec; carries errno when the exec fails */
+	if (pipe2(execp, O_CLOEXEC) != 0)
+	{
+		log_msg("item %s: pipe: %s", it->id, strerror(errno));
+		close(outp[0]);
+		close(outp[1]);
+		close(errp[0]);
+		close(errp[1]);
+		fclose(in);
+		return false;
+	}
 
 	parent = getpid();
 	pid = fork();
@@ -120,6 +133,8 @@ item_start(Item *it)
 		close(outp[1]);
 		close(errp[0]);
 		close(errp[1]);
+		close(execp[0]);
+		close(execp[1]);
 		fclose(in);
 		return false;
 	}
@@ -163,23 +178,42 @@ item_start(Item *it)
 		if (getppid() != parent)
 			_exit(127);
 #endif
+		close(execp[0]);
 		if (exec_argv)
-		{
 			execvp(exec_argv[0], exec_argv);
-			fprintf(stderr, "cannot run %s: %s\n", exec_argv[0], strerror(errno));
-			_exit(errno == ENOENT ? 127 : 126);
-		}
-		execl("/bin/sh", "sh", "-c", opt.exec, (char *) NULL);
-		fprintf(stderr, "cannot run /bin/sh: %s\n", strerror(errno));
+		else
+			execl("/bin/sh", "sh", "-c", opt.exec, (char *) NULL);
+		exec_errno = errno;
+		if (write(execp[1], &exec_errno, sizeof(exec_errno)) < 0)
+			_exit(127);
 		_exit(127);
 	}
 
 	/* parent */
 	setpgid(pid, pid);			/* no race with the child's own call */
-	guardian_watch(pid);
 	fclose(in);
 	close(outp[1]);
 	close(errp[1]);
+	close(execp[1]);
+
+	/*
+	 * A program that cannot be run (removed or made unexecutable after the
+	 * worker started: a deploy) is no failure of the item: it is given
+	 * back like a fork that failed, and the worker waits a poll.
+	 */
+	if (read(execp[0], &exec_errno, sizeof(exec_errno)) == sizeof(exec_errno))
+	{
+		log_msg("item %s: cannot run %s: %s", it->id,
+				exec_argv ? exec_argv[0] : "/bin/sh", strerror(exec_errno));
+		close(execp[0]);
+		close(outp[0]);
+		close(errp[0]);
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		return false;
+	}
+	close(execp[0]);
+	guardian_watch(pid);
 	set_cloexec_nonblock(outp[0]);
 	set_cloexec_nonblock(errp[0]);
 	it->pid = pid;

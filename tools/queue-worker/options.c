@@ -17,12 +17,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "worker.h"
+
+/* the characters of a plain word, one that means the same to a shell */
+#define PATH_WORD_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./-+=:,@%"
 
 char	  **exec_argv;			/* --exec split into words, when it needs no shell */
 
 static void split_simple_command(void);
+static void check_program(void);
 
 /*
  * Parse a duration: a number with an optional unit (ms, s, min/m, h, d;
@@ -283,6 +289,43 @@ parse_args(int argc, char **argv)
 	if (opt.poll_max < opt.poll)
 		opt.poll_max = opt.poll;
 	split_simple_command();
+	check_program();
+}
+
+/*
+ * When the command's first word names a program by a path (./process.sh,
+ * /opt/bot/run), that program must exist and be executable now: a mistake
+ * in the set-up stops the worker (exit 2) before it claims anything,
+ * instead of failing every item of the queue one after the other.  A
+ * first word that is a bare name or shell syntax is left to the shell.
+ */
+static void
+check_program(void)
+{
+	const char *word = opt.exec + strspn(opt.exec, " \t\n");
+	size_t		len = strcspn(word, " \t\n");
+	char	   *path;
+	struct stat st;
+	int			err = 0;
+
+	if (len == 0 || memchr(word, '/', len) == NULL || memchr(word, '=', len) != NULL ||
+		strspn(word, PATH_WORD_CHARS) < len)
+		return;
+	path = xmalloc(len + 1);
+	memcpy(path, word, len);
+	path[len] = '\0';
+	if (stat(path, &st) != 0)
+		err = errno;
+	else if (S_ISDIR(st.st_mode))
+		err = EISDIR;
+	else if (access(path, X_OK) != 0)
+		err = errno;
+	if (err != 0)
+	{
+		fprintf(stderr, "%s: cannot run %s: %s\n", progname, path, strerror(err));
+		exit(2);
+	}
+	free(path);
 }
 
 /*
@@ -295,8 +338,7 @@ parse_args(int argc, char **argv)
 void
 split_simple_command(void)
 {
-	const char *allowed = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-		"0123456789_./-+=:,@% ";
+	const char *allowed = PATH_WORD_CHARS " ";
 	char	   *copy;
 	int			n = 0;
 
