@@ -183,9 +183,10 @@ item_start(Item *it)
 			execvp(exec_argv[0], exec_argv);
 		else
 			execl("/bin/sh", "sh", "-c", opt.exec, (char *) NULL);
+		/* tell the worker why (it logs it); exit as a shell would */
 		exec_errno = errno;
-		if (write(execp[1], &exec_errno, sizeof(exec_errno)) < 0)
-			_exit(127);
+		if (write(execp[1], &exec_errno, sizeof(exec_errno)) != sizeof(exec_errno))
+			exec_errno = 0;
 		_exit(127);
 	}
 
