@@ -74,6 +74,16 @@ $node->safe_psql('old', join("\n",
 	"SELECT queue.checkpoint('up', $claimed[7], $tok{$claimed[7]}, '{\"page\": 3}');",
 	"SELECT queue.hold('up', (SELECT max(item_id) - 2 FROM queue.item_live WHERE queue_name = 'up'));"));
 
+# The installed library serves the old database until the update: a bot
+# giving its item back (graceful shutdown) gets true and the attempt back.
+my $given_back = $claimed[11];
+my ($rel_out, $rel_err) = ('', '');
+$node->psql('old', "SELECT queue.release('up', $given_back, $tok{$given_back})",
+	stdout => \$rel_out, stderr => \$rel_err);
+is($rel_out, 't', "release works before the update ($rel_err)");
+is($node->safe_psql('old', "SELECT state || '|' || attempt FROM queue.items WHERE item_id = $given_back"),
+	'queued|0', 'the released item is queued again, its attempt given back');
+
 # Everything that must survive, as text.
 my $data_sql = state_sql();
 
