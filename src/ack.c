@@ -83,6 +83,7 @@ static SPIPlanPtr retry_plan = NULL;
 static SPIPlanPtr citus_retry_plan = NULL;
 static SPIPlanPtr bury_plan = NULL;
 static SPIPlanPtr release_plan = NULL;
+static SPIPlanPtr release_plan_v1 = NULL;
 static SPIPlanPtr extend_plan = NULL;
 static SPIPlanPtr extend_plan_v1 = NULL;
 static SPIPlanPtr lease_lock_plan = NULL;
@@ -197,12 +198,10 @@ static SPIPlanPtr cancel_end_plan = NULL;
 #define BURY_SQL \
 	"SELECT queue._bury($1, $2, $3, $4, $5)"
 
-#define RELEASE_SQL \
+#define RELEASE_SQL_WITH(attempt) \
 	"UPDATE queue.item_live i " \
 	"   SET lease_token = NULL, lease_expires_at = NULL, worker = NULL, " \
-	"       attempt = CASE WHEN i.lost_counted THEN i.attempt " \
-	"                      ELSE greatest(i.attempt" OP("-") "1, 0) END, " \
-	"       lost_counted = false, " \
+	"       attempt = " attempt ", " \
 	"       visible_at = greatest($4, pg_catalog.now()), run_at = $4, " \
 	"       priority = i.base_priority " \
 	"  FROM (SELECT x.worker, x.attempt FROM queue.item_live x " \
@@ -210,6 +209,12 @@ static SPIPlanPtr cancel_end_plan = NULL;
 	" WHERE i.queue_name" OP("=") "$1 AND i.item_id" OP("=") "$2 " \
 	"   AND i.lease_token" OP("=") "$3 AND i.lease_token" OP(">") "0 " \
 	"RETURNING held.attempt, held.worker"
+
+#define RELEASE_SQL RELEASE_SQL_WITH( \
+	"CASE WHEN i.lost_counted THEN i.attempt " \
+	"     ELSE greatest(i.attempt" OP("-") "1, 0) END, lost_counted = false")
+/* before the update to 0.2.0 (no lost_counted: every release gives it back) */
+#define RELEASE_SQL_V1 RELEASE_SQL_WITH("greatest(i.attempt" OP("-") "1, 0)")
 
 #define EXTEND_SQL_WITH(session) \
 	"UPDATE queue.item_live " \
@@ -1029,7 +1034,9 @@ queue_release(PG_FUNCTION_ARGS)
 	values[2] = PG_GETARG_DATUM(2);
 	values[3] = PG_ARGISNULL(3) ? TimestampTzGetDatum(GetCurrentTransactionStartTimestamp())
 		: PG_GETARG_DATUM(3);
-	queue_spi_exec(queue_prepare_cached(&release_plan, RELEASE_SQL, 4, argtypes),
+	queue_spi_exec(queue_schema_current() ?
+				   queue_prepare_cached(&release_plan, RELEASE_SQL, 4, argtypes) :
+				   queue_prepare_cached(&release_plan_v1, RELEASE_SQL_V1, 4, argtypes),
 				   values, NULL, false, 0, SPI_OK_UPDATE_RETURNING, "releasing item");
 	done = (SPI_processed == 1);
 	if (done)
