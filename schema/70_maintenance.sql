@@ -297,6 +297,10 @@ BEGIN
                                 AND x.review_status IN ('resolved', 'rejected')
                                 AND coalesce(x.reviewed_at, x.dead_at) < v_now - c.retention
                               LIMIT p_batch))
+           -- again on the row itself: checked anew on a letter re-opened by
+           -- a review that committed while this statement waited for it
+           AND d.review_status IN ('resolved', 'rejected')
+           AND coalesce(d.reviewed_at, d.dead_at) < v_now - c.retention
         RETURNING 1)
     SELECT count(*) INTO v_n FROM d;
     v_purged := v_purged + v_n;
