@@ -32,7 +32,7 @@ COMMENT ON FUNCTION queue._caller() IS 'The role calling into the extension (out
 
 CREATE FUNCTION queue._may_access(queue_name text, access text) RETURNS boolean
     LANGUAGE c STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'queue_may_access_sql';
-COMMENT ON FUNCTION queue._may_access(text, text) IS 'Whether the caller has the access to an existing queue (42704 if unknown)';
+COMMENT ON FUNCTION queue._may_access(text, text) IS 'Whether the caller has the access to the queue (false if it does not exist)';
 
 CREATE FUNCTION queue._session_key() RETURNS bigint
     LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_session_key_sql';

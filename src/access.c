@@ -164,8 +164,10 @@ queue_check_access_sql(PG_FUNCTION_ARGS)
 /*
  * queue._may_access(queue_name text, access text) returns boolean
  *
- * Whether the caller has `access` to an existing queue: the answer
- * queue._check_access would give, without failing on 42501.
+ * Whether the caller has `access` to the queue: the answer
+ * queue._check_access would give, without failing on 42501, and false for a
+ * queue that does not exist (heartbeat goes over queues one of which may
+ * have been dropped while it waited for that queue's lock).
  */
 Datum
 queue_may_access_sql(PG_FUNCTION_ARGS)
@@ -178,8 +180,8 @@ queue_may_access_sql(PG_FUNCTION_ARGS)
 	queue_check_not_null(PG_ARGISNULL(1), "access");
 	access = parse_access(PG_GETARG_TEXT_PP(1));
 	queue_spi_connect();
-	queue_load_config(name, &cfg);
-	result = !access_is_closed(&cfg, access) || caller_has_grant(name, access);
+	result = queue_find_config(name, &cfg) &&
+		(!access_is_closed(&cfg, access) || caller_has_grant(name, access));
 	queue_spi_finish();
 	PG_RETURN_BOOL(result);
 }

@@ -362,6 +362,22 @@ queue_lock_queue_sql(PG_FUNCTION_ARGS)
 void
 queue_load_config(const char *queue_name, QueueConfig *cfg)
 {
+	if (!queue_find_config(queue_name, cfg))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("queue \"%s\" does not exist", queue_name),
+				 errhint("Create it with queue.create_queue('%s').", queue_name)));
+}
+
+/*
+ * queue_find_config
+ *		queue_load_config for callers that go over several queues (heartbeat):
+ *		false if there is no such queue, as when a drop_queue it waited for
+ *		has committed.
+ */
+bool
+queue_find_config(const char *queue_name, QueueConfig *cfg)
+{
 	ConfigEntry *e;
 	bool		found;
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
@@ -389,10 +405,7 @@ queue_load_config(const char *queue_name, QueueConfig *cfg)
 		ConfigEntry fresh;
 
 		if (!load_entry(queue_name, &fresh))
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("queue \"%s\" does not exist", queue_name),
-					 errhint("Create it with queue.create_queue('%s').", queue_name)));
+			return false;
 		/* NB: the SPI statement may have dropped the cache meanwhile */
 		if (config_cache != NULL)
 		{
@@ -406,12 +419,13 @@ queue_load_config(const char *queue_name, QueueConfig *cfg)
 		cfg->cooldown_over = e->has_cooldown_end && e->cooldown_end <= now;
 		cfg->probe_lost = e->has_probe_expiry && e->probe_expires_at <= now;
 		cfg->queue_name = pstrdup(queue_name);
-		return;
+		return true;
 	}
 	*cfg = e->cfg;
 	cfg->cooldown_over = e->has_cooldown_end && e->cooldown_end <= now;
 	cfg->probe_lost = e->has_probe_expiry && e->probe_expires_at <= now;
 	cfg->queue_name = pstrdup(queue_name);
+	return true;
 }
 
 /* Read a worker's row and its gates now; false if the worker is unknown. */

@@ -223,6 +223,7 @@ extern double queue_interval_seconds(const Interval *iv);
 extern void queue_config_relcache(Datum arg, Oid relid);
 extern void queue_lock_queue(const char *queue_name, bool exclusive);
 extern void queue_load_config(const char *queue_name, QueueConfig *cfg);
+extern bool queue_find_config(const char *queue_name, QueueConfig *cfg);
 extern bool queue_load_worker(Datum worker, QueueWorkerGates *gates);
 extern void queue_worker_seen(Datum worker, TimestampTz when);
 extern bool queue_worker_seen_since(Datum worker, TimestampTz since);
