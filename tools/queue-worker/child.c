@@ -75,14 +75,25 @@ payload_file(void)
 	return tmpfile();
 }
 
+/* Close the descriptors of fds that are open (not -1). */
+static void
+close_fds(int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
 /* Start the command for one waiting item. */
 bool
 item_start(Item *it)
 {
-	int			outp[2];
-	int			errp[2];
+	/* the command's stdout, stderr and exec-failure pipes; -1 = not open */
+	int			fds[6] = {-1, -1, -1, -1, -1, -1};
+	int		   *outp = &fds[0];
+	int		   *errp = &fds[2];
+	int		   *execp = &fds[4];
 	FILE	   *in;
-	int			execp[2];
 	int			exec_errno = 0;
 	pid_t		pid;
 	pid_t		parent;
@@ -98,28 +109,11 @@ item_start(Item *it)
 			fclose(in);
 		return false;
 	}
-	if (pipe(outp) != 0)
+	/* the exec pipe is closed by a successful exec, else carries errno */
+	if (pipe(outp) != 0 || pipe(errp) != 0 || pipe2(execp, O_CLOEXEC) != 0)
 	{
 		log_msg("item %s: pipe: %s", it->id, strerror(errno));
-		fclose(in);
-		return false;
-	}
-	if (pipe(errp) != 0)
-	{
-		log_msg("item %s: pipe: %s", it->id, strerror(errno));
-		close(outp[0]);
-		close(outp[1]);
-		fclose(in);
-		return false;
-	}
-	/* closed by a successful exec; carries errno when the exec fails */
-	if (pipe2(execp, O_CLOEXEC) != 0)
-	{
-		log_msg("item %s: pipe: %s", it->id, strerror(errno));
-		close(outp[0]);
-		close(outp[1]);
-		close(errp[0]);
-		close(errp[1]);
+		close_fds(fds, (int) (sizeof(fds) / sizeof(fds[0])));
 		fclose(in);
 		return false;
 	}
@@ -129,12 +123,7 @@ item_start(Item *it)
 	if (pid < 0)
 	{
 		log_msg("item %s: fork: %s", it->id, strerror(errno));
-		close(outp[0]);
-		close(outp[1]);
-		close(errp[0]);
-		close(errp[1]);
-		close(execp[0]);
-		close(execp[1]);
+		close_fds(fds, (int) (sizeof(fds) / sizeof(fds[0])));
 		fclose(in);
 		return false;
 	}
