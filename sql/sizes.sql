@@ -47,5 +47,19 @@ SELECT queue.cancel('q_sz', :i3);
 SELECT queue.review('q_sz', :i3, 'in_review', repeat('n', 65537));
 SELECT review_status FROM queue.dead_letters WHERE item_id = :i3;
 
+-- case: values stored with a worker: register_worker's info is bounded
+-- like a payload, its queues and labels (each list as a whole) and
+-- add_maintenance's reason like the texts stored with an item
+SELECT queue.register_worker('sz_worker', info => jsonb_build_object('i', repeat('i', 2000)));
+SELECT queue.register_worker('sz_worker', queues => array_fill('q_sz'::text, ARRAY[20000]));
+SELECT queue.register_worker('sz_worker', labels => array_fill(repeat('l', 1000), ARRAY[70]));
+SELECT count(*) AS registered FROM queue.worker_registry WHERE worker = 'sz_worker';
+SELECT queue.add_maintenance('sz_worker', now(), now() + interval '1 hour', repeat('m', 65537));
+SELECT count(*) AS windows FROM queue.maintenance_window WHERE worker = 'sz_worker';
+SELECT queue.register_worker('sz_worker', info => jsonb_build_object('i', repeat('i', 900)),
+                             queues => ARRAY['q_sz']);
+SELECT queue.add_maintenance('sz_worker', now(), now() + interval '1 hour', repeat('m', 65536)) > 0 AS added;
+SELECT length(info->>'i') AS info, queues FROM queue.workers WHERE worker = 'sz_worker';
+
 RESET queue.max_payload_bytes;
 SELECT queue.drop_queue('q_sz', force => true);
