@@ -14,6 +14,10 @@ CREATE FUNCTION queue._check_text(value text, argname text) RETURNS void
     LANGUAGE c IMMUTABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_check_text_sql';
 COMMENT ON FUNCTION queue._check_text(text, text) IS 'Rejects a text longer than 64 kB (54000) naming the argument, NULL passes';
 
+CREATE FUNCTION queue._check_jsonb(value jsonb, argname text) RETURNS void
+    LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_check_jsonb_sql';
+COMMENT ON FUNCTION queue._check_jsonb(jsonb, text) IS 'Rejects a jsonb value larger than queue.max_payload_bytes (54000) naming the argument, NULL passes';
+
 CREATE FUNCTION queue._check_access(queue_name text, access text) RETURNS void
     LANGUAGE c VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'queue_check_access_sql';
 COMMENT ON FUNCTION queue._check_access(text, text) IS 'Fails unless the queue exists (42704) and the caller has the access (42501)';

@@ -85,6 +85,8 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM queue._check_text(register_worker.labels::text, 'labels');
+    PERFORM queue._check_text(register_worker.queues::text, 'queues');
+    PERFORM queue._check_jsonb(register_worker.info, 'info');
     -- a worker name belongs to the role that registered it (or an admin)
     SELECT w.registered_by INTO v_owner FROM queue.worker_registry w WHERE w.worker = v_worker;
     IF v_owner IS NOT NULL AND v_owner <> v_caller
@@ -272,6 +274,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Pass ends_at later than starts_at.';
     END IF;
+    PERFORM queue._check_text(add_maintenance.reason, 'reason');
     INSERT INTO queue.worker_registry AS w (worker, last_seen) VALUES (v_worker, '-infinity')
     ON CONFLICT (worker) DO NOTHING;
     INSERT INTO queue.maintenance_window (worker, starts_at, ends_at, reason)

@@ -248,6 +248,7 @@ queue_check_positive_interval(Interval *iv, const char *argname)
 
 PG_FUNCTION_INFO_V1(queue_check_payload_sql);
 PG_FUNCTION_INFO_V1(queue_check_text_sql);
+PG_FUNCTION_INFO_V1(queue_check_jsonb_sql);
 PG_FUNCTION_INFO_V1(queue_check_worker_sql);
 
 /*
@@ -308,5 +309,21 @@ queue_check_text_sql(PG_FUNCTION_ARGS)
 	if (!PG_ARGISNULL(0))
 		queue_check_text_size(PG_GETARG_DATUM(0),
 							  PG_ARGISNULL(1) ? "text" : text_to_cstring(PG_GETARG_TEXT_PP(1)));
+	PG_RETURN_VOID();
+}
+
+/*
+ * queue._check_jsonb(value jsonb, argname text) returns void
+ *
+ * The bound on jsonb values (queue.max_payload_bytes) for the SQL
+ * functions that store one besides a payload (register_worker's info);
+ * a NULL value passes.
+ */
+Datum
+queue_check_jsonb_sql(PG_FUNCTION_ARGS)
+{
+	if (!PG_ARGISNULL(0))
+		queue_check_jsonb_size(PG_GETARG_DATUM(0),
+							   PG_ARGISNULL(1) ? "value" : text_to_cstring(PG_GETARG_TEXT_PP(1)));
 	PG_RETURN_VOID();
 }

@@ -346,6 +346,8 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM queue._check_text(register_worker.labels::text, 'labels');
+    PERFORM queue._check_text(register_worker.queues::text, 'queues');
+    PERFORM queue._check_jsonb(register_worker.info, 'info');
     -- a worker name belongs to the role that registered it (or an admin)
     SELECT w.registered_by INTO v_owner FROM queue.worker_registry w WHERE w.worker = v_worker;
     IF v_owner IS NOT NULL AND v_owner <> v_caller
