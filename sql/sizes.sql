@@ -61,5 +61,12 @@ SELECT queue.register_worker('sz_worker', info => jsonb_build_object('i', repeat
 SELECT queue.add_maintenance('sz_worker', now(), now() + interval '1 hour', repeat('m', 65536)) > 0 AS added;
 SELECT length(info->>'i') AS info, queues FROM queue.workers WHERE worker = 'sz_worker';
 
+-- case: pause's reason, kept with the queue and shown by queues and
+-- health(), is bounded at 64 kB like the operator texts of an item
+SELECT queue.pause('q_sz', repeat('p', 65537));
+SELECT paused, length(pause_reason) AS reason FROM queue.queues WHERE queue_name = 'q_sz';
+SELECT queue.pause('q_sz', repeat('p', 65536));
+SELECT paused, length(pause_reason) AS reason FROM queue.queues WHERE queue_name = 'q_sz';
+
 RESET queue.max_payload_bytes;
 SELECT queue.drop_queue('q_sz', force => true);
