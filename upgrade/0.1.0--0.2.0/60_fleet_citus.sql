@@ -10,6 +10,7 @@ DECLARE
     -- computed first: Citus refuses non-immutable calls in an UPDATE's COALESCE
     v_reason text := coalesce(pause.reason, 'paused by ' || session_user);
 BEGIN
+    PERFORM queue._check_text(pause.reason, 'reason');
     PERFORM queue._check_access(v_name, 'reader');
     UPDATE queue.queue_config c
        SET paused = true, pause_reason = v_reason,
