@@ -150,6 +150,19 @@ SELECT queue.enqueue('q_err', '{}', expires_at => now() - interval '1 s');
 \echo :LAST_ERROR_SQLSTATE
 SELECT queue.enqueue_batch('q_err', ARRAY['{}'::jsonb], expires_at => now() - interval '1 day');
 \echo :LAST_ERROR_SQLSTATE
+-- an expires_at already past when the call runs, inside a transaction
+-- that began before it
+BEGIN;
+SELECT pg_sleep(0.3);
+SELECT queue.enqueue('q_err', '{}', expires_at => clock_timestamp() - interval '0.1 s') > 0 AS enqueued;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN;
+SELECT pg_sleep(0.3);
+SELECT count(*) AS enqueued
+  FROM queue.enqueue_batch('q_err', ARRAY['{}'::jsonb], expires_at => clock_timestamp() - interval '0.1 s');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
 \set VERBOSITY terse
 SELECT queue.enqueue_batch('q_err', ARRAY['{}', '{}']::jsonb[], dedup_keys => ARRAY['a', 'b', 'c']);
 \echo :LAST_ERROR_SQLSTATE
