@@ -277,6 +277,14 @@ resolve_common(const QueueConfig *cfg, FunctionCallInfo fcinfo,
 {
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 
+	/*
+	 * NB: "already past" is judged at this statement's start, as the claim
+	 * judges expiry (statement_timestamp()): a transaction's start may lie
+	 * well before the call, and an item whose expires_at lies between the
+	 * two would be enqueued already expired.
+	 */
+	TimestampTz stmt = Max(now, GetCurrentStatementStartTimestamp());
+
 	*run_at = PG_ARGISNULL(run_at_arg) ? now : PG_GETARG_TIMESTAMPTZ(run_at_arg);
 	queue_check_run_at(*run_at);
 
@@ -285,7 +293,7 @@ resolve_common(const QueueConfig *cfg, FunctionCallInfo fcinfo,
 	{
 		*expires_at = PG_GETARG_TIMESTAMPTZ(expires_arg);
 		*has_expires = true;
-		if (*expires_at <= now)
+		if (*expires_at <= stmt)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("expires_at %s is not in the future",
