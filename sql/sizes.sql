@@ -68,5 +68,25 @@ SELECT paused, length(pause_reason) AS reason FROM queue.queues WHERE queue_name
 SELECT queue.pause('q_sz', repeat('p', 65536));
 SELECT paused, length(pause_reason) AS reason FROM queue.queues WHERE queue_name = 'q_sz';
 
+-- case: a key is also an index entry: one that would not fit the index
+-- even compressed is 54000 naming the argument, and nothing is stored; a
+-- long key that compresses well is kept
+CREATE TEMP TABLE big_key AS
+  SELECT string_agg(md5(g::text), '') AS k FROM generate_series(1, 200) g;
+SELECT queue.enqueue('q_sz', '{}', dedup_key => (SELECT k FROM big_key));
+SELECT queue.enqueue('q_sz', '{}', group_key => (SELECT k FROM big_key));
+SELECT queue.enqueue('q_sz', '{}', limit_key => (SELECT k FROM big_key));
+SELECT queue.enqueue_batch('q_sz', ARRAY['{}']::jsonb[], dedup_keys => ARRAY[(SELECT k FROM big_key)]);
+SELECT queue.enqueue_batch('q_sz', ARRAY['{}']::jsonb[], group_keys => ARRAY[(SELECT k FROM big_key)]);
+SELECT queue.enqueue_batch('q_sz', ARRAY['{}']::jsonb[], limit_keys => ARRAY[(SELECT k FROM big_key)]);
+SELECT queue.set_limit('q_sz', (SELECT k FROM big_key), max_in_flight => 1);
+SELECT queue.schedule('q_sz', 'big_group', '* * * * *', '{}', group_key => (SELECT k FROM big_key));
+SELECT queue.schedule('q_sz', 'big_limit', '* * * * *', '{}', limit_key => (SELECT k FROM big_key));
+SELECT (SELECT count(*) FROM queue.items WHERE queue_name = 'q_sz') AS live,
+       (SELECT count(*) FROM queue.limits WHERE queue_name = 'q_sz') AS limits,
+       (SELECT count(*) FROM queue.schedules WHERE queue_name = 'q_sz') AS schedules;
+SELECT queue.enqueue('q_sz', '{}', dedup_key => repeat('k', 65536), group_key => repeat('g', 65536),
+                     limit_key => repeat('l', 65536)) > 0 AS enqueued;
+
 RESET queue.max_payload_bytes;
 SELECT queue.drop_queue('q_sz', force => true);
