@@ -18,6 +18,10 @@ CREATE FUNCTION queue._check_jsonb(value jsonb, argname text) RETURNS void
     LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_check_jsonb_sql';
 COMMENT ON FUNCTION queue._check_jsonb(jsonb, text) IS 'Rejects a jsonb value larger than queue.max_payload_bytes (54000) naming the argument, NULL passes';
 
+CREATE FUNCTION queue._check_key(value text, argname text) RETURNS void
+    LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_check_key_sql';
+COMMENT ON FUNCTION queue._check_key(text, text) IS 'Rejects a key longer than 64 kB or too long for an index entry once compressed (54000) naming the argument, NULL passes';
+
 CREATE FUNCTION queue._check_access(queue_name text, access text) RETURNS void
     LANGUAGE c VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'queue_check_access_sql';
 COMMENT ON FUNCTION queue._check_access(text, text) IS 'Fails unless the queue exists (42704) and the caller has the access (42501)';

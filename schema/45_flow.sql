@@ -489,7 +489,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Use a shorter per for a finer rate.';
     END IF;
-    PERFORM queue._check_text(set_limit.limit_key, 'limit_key');
+    PERFORM queue._check_key(set_limit.limit_key, 'limit_key');
     IF set_limit.per IS NULL THEN
         RAISE EXCEPTION 'per must not be null' USING ERRCODE = 'null_value_not_allowed',
                   HINT = 'Leave it out for the default of 1 s.';

@@ -343,8 +343,8 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Pass NULL for items without one.';
     END IF;
-    PERFORM queue._check_text(schedule.group_key, 'group_key');
-    PERFORM queue._check_text(schedule.limit_key, 'limit_key');
+    PERFORM queue._check_key(schedule.group_key, 'group_key');
+    PERFORM queue._check_key(schedule.limit_key, 'limit_key');
     PERFORM queue._check_payload(schedule.payload);
     v_next := queue._cron_tick(schedule.cron, now(), true);
     IF v_next IS NULL THEN

@@ -380,7 +380,7 @@ flow_check_key(Datum key, bool isnull, const char *argname)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s must not be empty", argname),
 				 errhint("Pass NULL for an item without one.")));
-	queue_check_text_size(key, argname);
+	queue_check_key_size(key, argname);
 }
 
 /*

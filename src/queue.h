@@ -59,6 +59,7 @@
 #define QUEUE_DEFAULT_PRIORITY	2
 #define QUEUE_TEXT_MAX_BYTES	65536	/* a text stored with an item */
 #define QUEUE_WORKER_MAX_BYTES	255		/* a worker name */
+#define QUEUE_KEY_INDEX_MAX_BYTES	2596	/* a key as an index entry, compressed */
 #define QUEUE_INTERVAL_MAX_YEARS	1000	/* a duration: a setting, a lease, a retry */
 
 /* GUC defaults. */
@@ -212,6 +213,7 @@ extern void queue_check_priority(int32 priority);
 extern void queue_check_batch_length(int nelems, const char *argname);
 extern void queue_check_payload(Datum payload, const char *argname);
 extern void queue_check_jsonb_size(Datum value, const char *argname);
+extern void queue_check_key_size(Datum value, const char *argname);
 extern void queue_check_text_size(Datum value, const char *argname);
 extern void queue_check_worker(Datum worker, bool isnull);
 extern void queue_check_run_at(TimestampTz run_at);

@@ -15,6 +15,9 @@
 #include "postgres.h"
 
 #include "access/detoast.h"
+#include "access/heaptoast.h"
+#include "access/toast_compression.h"
+#include "access/toast_internals.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
@@ -166,6 +169,51 @@ queue_check_text_size(Datum value, const char *argname)
 }
 
 /*
+ * queue_check_key_size
+ *		A key (dedup_key, group_key, limit_key) is a text stored with an item,
+ *		and also an entry of the indexes that find its holder, its group or
+ *		its limit.  A btree entry holds about 2.7 kB, the key compressed as
+ *		the index would compress it (past TOAST_INDEX_TARGET, with the
+ *		default method): a key over QUEUE_KEY_INDEX_MAX_BYTES once
+ *		compressed is refused here, naming the argument, rather than by the
+ *		index with a message about its own internals.
+ */
+void
+queue_check_key_size(Datum value, const char *argname)
+{
+	struct varlena *raw;
+	Size		stored;
+	bool		compressed = false;
+
+	queue_check_text_size(value, argname);
+	raw = pg_detoast_datum((struct varlena *) DatumGetPointer(value));
+	stored = VARSIZE_ANY_EXHDR(raw);
+	if (stored > TOAST_INDEX_TARGET && !VARATT_IS_SHORT(raw))
+	{
+		Datum		c = toast_compress_datum(PointerGetDatum(raw), InvalidCompressionMethod);
+
+		if (DatumGetPointer(c) != NULL)
+		{
+			stored = VARSIZE(DatumGetPointer(c)) - VARHDRSZ;
+			compressed = true;
+			pfree(DatumGetPointer(c));
+		}
+	}
+	if (stored > QUEUE_KEY_INDEX_MAX_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 compressed ?
+				 errmsg("%s is %zu bytes, %zu once compressed, more than an index entry holds (%d)",
+						argname, (Size) VARSIZE_ANY_EXHDR(raw), stored,
+						QUEUE_KEY_INDEX_MAX_BYTES) :
+				 errmsg("%s is %zu bytes and does not compress, more than an index entry holds (%d)",
+						argname, (Size) VARSIZE_ANY_EXHDR(raw), QUEUE_KEY_INDEX_MAX_BYTES),
+				 errdetail("A key is also an index entry: at most 64 kB, and at most %d bytes once compressed.",
+						   QUEUE_KEY_INDEX_MAX_BYTES),
+				 errhint("Use a shorter key, for example a hash of the long one (md5(key)).")));
+}
+
+/*
  * queue_check_payload
  *		A payload must be present and within queue.max_payload_bytes.
  */
@@ -249,6 +297,7 @@ queue_check_positive_interval(Interval *iv, const char *argname)
 PG_FUNCTION_INFO_V1(queue_check_payload_sql);
 PG_FUNCTION_INFO_V1(queue_check_text_sql);
 PG_FUNCTION_INFO_V1(queue_check_jsonb_sql);
+PG_FUNCTION_INFO_V1(queue_check_key_sql);
 PG_FUNCTION_INFO_V1(queue_check_worker_sql);
 
 /*
@@ -325,5 +374,20 @@ queue_check_jsonb_sql(PG_FUNCTION_ARGS)
 	if (!PG_ARGISNULL(0))
 		queue_check_jsonb_size(PG_GETARG_DATUM(0),
 							   PG_ARGISNULL(1) ? "value" : text_to_cstring(PG_GETARG_TEXT_PP(1)));
+	PG_RETURN_VOID();
+}
+
+/*
+ * queue._check_key(value text, argname text) returns void
+ *
+ * The bounds on keys (64 kB, and what an index entry holds) for the SQL
+ * functions that store one (set_limit, schedule); a NULL value passes.
+ */
+Datum
+queue_check_key_sql(PG_FUNCTION_ARGS)
+{
+	if (!PG_ARGISNULL(0))
+		queue_check_key_size(PG_GETARG_DATUM(0),
+							 PG_ARGISNULL(1) ? "key" : text_to_cstring(PG_GETARG_TEXT_PP(1)));
 	PG_RETURN_VOID();
 }

@@ -11,6 +11,11 @@ CREATE OR REPLACE FUNCTION queue._check_jsonb(value jsonb, argname text) RETURNS
 COMMENT ON FUNCTION queue._check_jsonb(jsonb, text) IS 'Rejects a jsonb value larger than queue.max_payload_bytes (54000) naming the argument, NULL passes';
 REVOKE ALL ON FUNCTION queue._check_jsonb(jsonb, text) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION queue._check_key(value text, argname text) RETURNS void
+    LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'queue_check_key_sql';
+COMMENT ON FUNCTION queue._check_key(text, text) IS 'Rejects a key longer than 64 kB or too long for an index entry once compressed (54000) naming the argument, NULL passes';
+REVOKE ALL ON FUNCTION queue._check_key(text, text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION queue.hold(queue_name text, item_id bigint, reason text DEFAULT NULL)
 RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
