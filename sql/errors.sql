@@ -260,6 +260,9 @@ SELECT queue.register_worker('w-err', labels => ARRAY[repeat('l', 70000)]);
 \echo :LAST_ERROR_SQLSTATE
 SELECT queue.register_worker('w-err', restart => NULL);
 \echo :LAST_ERROR_SQLSTATE
+-- a queue register_worker lists that does not exist is 42704, as anywhere
+SELECT queue.register_worker('w-err', queues => ARRAY['q_err', 'q_err_unknown']);
+\echo :LAST_ERROR_SQLSTATE
 SELECT queue.drop_queue('q_err', force => NULL);
 \echo :LAST_ERROR_SQLSTATE
 SELECT queue.enqueue('q_err', '{}', requires => ARRAY['']);
