@@ -75,6 +75,15 @@ BEGIN
     FOREACH v_q IN ARRAY coalesce(register_worker.queues, '{}') LOOP
         PERFORM queue._check_name(v_q);
     END LOOP;
+    -- well-formed names of queues that exist (42704 as anywhere else)
+    FOREACH v_q IN ARRAY coalesce(register_worker.queues, '{}') LOOP
+        PERFORM 1 FROM queue.queue_config c WHERE c.queue_name = v_q;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'queue "%" does not exist', v_q
+                USING ERRCODE = 'undefined_object',
+                      HINT = 'Create it with queue.create_queue(), or leave it out of queues.';
+        END IF;
+    END LOOP;
     IF register_worker.restart IS NULL THEN
         RAISE EXCEPTION 'restart must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
