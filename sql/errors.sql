@@ -267,6 +267,11 @@ SELECT queue.drop_queue('q_err', force => NULL);
 \echo :LAST_ERROR_SQLSTATE
 SELECT queue.enqueue('q_err', '{}', requires => ARRAY['']);
 \echo :LAST_ERROR_SQLSTATE
+-- an empty dedup_key is no key to share: 22023, as for the flow keys
+SELECT queue.enqueue('q_err', '{}', dedup_key => '');
+\echo :LAST_ERROR_SQLSTATE
+SELECT queue.enqueue_batch('q_err', ARRAY['{}', '{}']::jsonb[], dedup_keys => ARRAY['k_err', '']);
+\echo :LAST_ERROR_SQLSTATE
 SELECT queue.schedule('q_err', 's_err', '* * * * *', '{}', group_key => '');
 \echo :LAST_ERROR_SQLSTATE
 SELECT queue.schedule('q_err', 's_err', '* * * * *', '{}', limit_key => '');
