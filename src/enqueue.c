@@ -438,7 +438,7 @@ queue_enqueue(PG_FUNCTION_ARGS)
 	queue_check_priority(priority);
 	queue_check_payload(payload, "payload");
 	if (!PG_ARGISNULL(4))
-		queue_check_key_size(PG_GETARG_DATUM(4), "dedup_key");
+		queue_check_dedup_key(PG_GETARG_DATUM(4), "dedup_key");
 	if (!PG_ARGISNULL(7))
 		queue_check_text_size(PG_GETARG_DATUM(7), "correlation_id");
 	if (PG_NARGS() > 10)
@@ -833,7 +833,7 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 				continue;
 			any_key = true;
 			snprintf(argname, sizeof(argname), "dedup_keys[%d]", i + 1);
-			queue_check_key_size(keys[i], argname);
+			queue_check_dedup_key(keys[i], argname);
 		}
 	}
 	else

@@ -214,6 +214,7 @@ extern void queue_check_batch_length(int nelems, const char *argname);
 extern void queue_check_payload(Datum payload, const char *argname);
 extern void queue_check_jsonb_size(Datum value, const char *argname);
 extern void queue_check_key_size(Datum value, const char *argname);
+extern void queue_check_dedup_key(Datum value, const char *argname);
 extern void queue_check_text_size(Datum value, const char *argname);
 extern void queue_check_worker(Datum worker, bool isnull);
 extern void queue_check_run_at(TimestampTz run_at);

@@ -214,6 +214,23 @@ queue_check_key_size(Datum value, const char *argname)
 }
 
 /*
+ * queue_check_dedup_key
+ *		A dedup_key is a key (queue_check_key_size) and never empty: ''
+ *		would make every item given it one item, the way a caller that
+ *		means "no key" least expects (22023; NULL is no key).
+ */
+void
+queue_check_dedup_key(Datum value, const char *argname)
+{
+	if (toast_raw_datum_size(value) == VARHDRSZ)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be empty", argname),
+				 errhint("Pass NULL for an item without a key.")));
+	queue_check_key_size(value, argname);
+}
+
+/*
  * queue_check_payload
  *		A payload must be present and within queue.max_payload_bytes.
  */
