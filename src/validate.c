@@ -186,7 +186,7 @@ queue_check_key_size(Datum value, const char *argname)
 	bool		compressed = false;
 
 	queue_check_text_size(value, argname);
-	raw = pg_detoast_datum((struct varlena *) DatumGetPointer(value));
+	raw = pg_detoast_datum_packed((struct varlena *) DatumGetPointer(value));
 	stored = VARSIZE_ANY_EXHDR(raw);
 	if (stored > TOAST_INDEX_TARGET && !VARATT_IS_SHORT(raw))
 	{
