@@ -15,7 +15,6 @@
 #include "postgres.h"
 
 #include "access/detoast.h"
-#include "access/heaptoast.h"
 #include "access/toast_compression.h"
 #include "access/toast_internals.h"
 #include "fmgr.h"
@@ -173,10 +172,10 @@ queue_check_text_size(Datum value, const char *argname)
  *		A key (dedup_key, group_key, limit_key) is a text stored with an item,
  *		and also an entry of the indexes that find its holder, its group or
  *		its limit.  A btree entry holds about 2.7 kB, the key compressed as
- *		the index would compress it (past TOAST_INDEX_TARGET, with the
- *		default method): a key over QUEUE_KEY_INDEX_MAX_BYTES once
- *		compressed is refused here, naming the argument, rather than by the
- *		index with a message about its own internals.
+ *		the index would compress it (index_form_tuple, with the default
+ *		method): a key over QUEUE_KEY_INDEX_MAX_BYTES once compressed is
+ *		refused here, naming the argument, rather than by the index with a
+ *		message about its own internals.
  */
 void
 queue_check_key_size(Datum value, const char *argname)
@@ -188,7 +187,8 @@ queue_check_key_size(Datum value, const char *argname)
 	queue_check_text_size(value, argname);
 	raw = pg_detoast_datum_packed((struct varlena *) DatumGetPointer(value));
 	stored = VARSIZE_ANY_EXHDR(raw);
-	if (stored > TOAST_INDEX_TARGET && !VARATT_IS_SHORT(raw))
+	/* only a key too long as it is can fit by compressing */
+	if (stored > QUEUE_KEY_INDEX_MAX_BYTES && !VARATT_IS_SHORT(raw))
 	{
 		Datum		c = toast_compress_datum(PointerGetDatum(raw), InvalidCompressionMethod);
 
