@@ -453,16 +453,34 @@ DECLARE
 BEGIN
     PERFORM queue._check_access(v_name, 'reader');
     -- a lease that ran out and nobody re-claimed is settled first, as sweep
-    -- would: counted once as a lost lease (a failed attempt and outcome)
+    -- would: counted once as a lost lease (a failed attempt and outcome),
+    -- or, on its last attempt or with its cancel requested, a dead letter
+    -- (lease_expired, or cancelled as its cancel promised), not purged
+    -- (all of them locked before any is settled: settling one writes rows
+    -- a dequeue burying another may be writing too, alerts and breaker
+    -- counts, and must not then wait for that dequeue's item; the loop
+    -- meets the rows locked, statement_timestamp() being the call's)
+    PERFORM 1 FROM queue.item_live i
+      WHERE i.queue_name = v_name AND i.lease_token IS NOT NULL
+        AND i.lease_expires_at <= statement_timestamp()
+        AND (NOT i.lost_counted OR i.attempt >= i.max_attempts
+             OR i.cancel_requested_at IS NOT NULL)
+      ORDER BY i.item_id
+        FOR UPDATE;
     FOR r IN
-        SELECT i.item_id FROM queue.item_live i
+        SELECT i.item_id,
+               i.attempt >= i.max_attempts OR i.cancel_requested_at IS NOT NULL AS spent
+          FROM queue.item_live i
          WHERE i.queue_name = v_name AND i.lease_token IS NOT NULL
-           AND i.lease_expires_at <= statement_timestamp() AND NOT i.lost_counted
-           AND i.cancel_requested_at IS NULL
+           AND i.lease_expires_at <= statement_timestamp()
+           AND (NOT i.lost_counted OR i.attempt >= i.max_attempts
+                OR i.cancel_requested_at IS NOT NULL)
          ORDER BY i.item_id
            FOR UPDATE
     LOOP
-        IF queue._lease_lost(v_name, r.item_id) THEN
+        IF r.spent THEN
+            PERFORM queue._bury(v_name, r.item_id, 'lease_expired', NULL, NULL);
+        ELSIF queue._lease_lost(v_name, r.item_id) THEN
             v_lost := true;
         END IF;
     END LOOP;
