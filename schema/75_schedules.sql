@@ -421,6 +421,11 @@ DECLARE
     v_key text;
     v_id bigint;
 BEGIN
+    -- the queue before the schedule's row, in drop_queue's order (its
+    -- queue lock, then the rows it removes): holding the row while waiting
+    -- for a drop that waits for the row would deadlock it; after the drop
+    -- the row is gone
+    PERFORM queue._lock_queue(p_queue, false);
     -- NB: a second run of the same tick waits here, then finds next_tick
     -- moved past it
     SELECT * INTO s FROM queue.schedule_config c
