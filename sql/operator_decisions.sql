@@ -34,6 +34,16 @@ SELECT count(*) AS live FROM queue.items WHERE queue_name = 'od_purge';
 SELECT queue.drop_queue('od_purge', force => true);
 RESET ROLE;
 
+-- case: schedule() of an unknown queue is 42704 with the hint every other
+-- call gives (create the queue), and stores nothing
+SET ROLE regress_od_admin;
+\set VERBOSITY default
+\set SHOW_CONTEXT never
+SELECT queue.schedule('od_nowhere', 'nightly', '0 2 * * *', '{}');
+\set VERBOSITY terse
+SELECT count(*) AS schedules FROM queue.schedules WHERE queue_name = 'od_nowhere';
+RESET ROLE;
+
 DROP ROLE regress_od_admin;
 DROP ROLE regress_od_bot;
 DROP ROLE regress_od_producer;
