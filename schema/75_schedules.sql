@@ -354,7 +354,9 @@ BEGIN
     END IF;
     PERFORM 1 FROM queue.queue_config c WHERE c.queue_name = v_name FOR KEY SHARE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'queue "%" does not exist', v_name USING ERRCODE = 'undefined_object';
+        RAISE EXCEPTION 'queue "%" does not exist', v_name
+            USING ERRCODE = 'undefined_object',
+                  HINT = format('Create it with queue.create_queue(%L).', v_name);
     END IF;
     PERFORM queue._schedule_job();
 
