@@ -1,0 +1,40 @@
+-- Observability as a 3 AM operator reads it, driven through the bot loop
+-- as the group roles: alerts, health, stats, events and prometheus at
+-- their edges.
+\set VERBOSITY terse
+
+CREATE ROLE regress_oc_admin LOGIN IN ROLE queue_admin;
+CREATE ROLE regress_oc_bot LOGIN IN ROLE queue_worker;
+CREATE ROLE regress_oc_producer LOGIN IN ROLE queue_producer;
+
+-- case: worker_offline is raised while an offline worker held one of the
+-- queue's items, also for a queue swept before the worker went offline
+-- (a worker aged by hand past the previous check)
+SET ROLE regress_oc_admin;
+SELECT queue.create_queue('oc_off');
+SELECT count(*) FROM queue.sweep('oc_off');
+SET ROLE regress_oc_producer;
+SELECT count(*) FROM queue.enqueue('oc_off', '{}');
+SET ROLE regress_oc_bot;
+SELECT count(*) FROM queue.dequeue('oc_off', 'oc-bot-gone');
+RESET ROLE;
+UPDATE queue.worker_registry SET last_seen = now() - interval '1 h' WHERE worker = 'oc-bot-gone';
+SET ROLE regress_oc_admin;
+SELECT queue_name, recovered FROM queue.sweep('oc_off');
+SELECT kind, message, details FROM queue.alerts
+ WHERE queue_name = 'oc_off' AND cleared_at IS NULL ORDER BY kind;
+SELECT * FROM queue.health('oc_off');
+-- back online: the alert clears
+SET ROLE regress_oc_bot;
+SELECT queue.heartbeat('oc-bot-gone') >= 0 AS alive;
+SET ROLE regress_oc_admin;
+SELECT count(*) FROM queue.sweep('oc_off');
+SELECT count(*) AS open_offline_alerts FROM queue.alerts
+ WHERE queue_name = 'oc_off' AND kind = 'worker_offline' AND cleared_at IS NULL;
+RESET ROLE;
+
+RESET ROLE;
+SELECT queue.drop_queue(q, force => true) IS NOT NULL AS dropped
+  FROM unnest(ARRAY['oc_off']) AS q;
+DELETE FROM queue.worker_registry WHERE worker LIKE 'oc-%';
+DROP ROLE regress_oc_admin, regress_oc_bot, regress_oc_producer;
