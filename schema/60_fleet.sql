@@ -300,8 +300,11 @@ COMMENT ON FUNCTION queue.add_maintenance(text, timestamptz, timestamptz, text)
 -- Each counts as a failed attempt (dead letter lease_expired when it was the
 -- last, or of a cancel-requested item); the other items are claimable at
 -- once.  The worker_offline alert, which names every offline worker, is
--- the sweep's (_sweep_alerts, after this).  Returns how many items are
--- claimable again (recovered) and how many became dead letters.
+-- the sweep's (_sweep_alerts, after this): the workers whose leases end
+-- here are added to those its next check reads (offline_check.workers),
+-- since a worker aged by hand past the previous check's range would not be
+-- read otherwise.  Returns how many items are claimable again (recovered)
+-- and how many became dead letters.
 CREATE FUNCTION queue._recover_offline(p_queue text, OUT recovered bigint,
                                        OUT dead_lettered bigint)
 RETURNS record LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -310,6 +313,7 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     v_cutoff timestamptz := now() - make_interval(secs => queue._worker_offline_after());
     r record;
+    v_workers text[] := '{}';
 BEGIN
     recovered := 0;
     dead_lettered := 0;
@@ -332,7 +336,17 @@ BEGIN
                 NULL;
         END CASE;
         UPDATE queue.worker_registry w SET offline_handled_at = now() WHERE w.worker = r.worker;
+        IF r.worker <> ALL (v_workers) THEN
+            v_workers := v_workers || r.worker;
+        END IF;
     END LOOP;
+    -- the alert's check reads these workers whatever their last_seen
+    IF cardinality(v_workers) > 0 THEN
+        UPDATE queue.offline_check o
+           SET workers = ARRAY(SELECT DISTINCT u.w FROM unnest(o.workers || v_workers) AS u(w)
+                                ORDER BY u.w)
+         WHERE o.queue_name = p_queue;
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION queue._recover_offline(text)

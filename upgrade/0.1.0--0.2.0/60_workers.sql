@@ -197,6 +197,7 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     v_cutoff timestamptz := now() - make_interval(secs => queue._worker_offline_after());
     r record;
+    v_workers text[] := '{}';
 BEGIN
     recovered := 0;
     dead_lettered := 0;
@@ -219,7 +220,17 @@ BEGIN
                 NULL;
         END CASE;
         UPDATE queue.worker_registry w SET offline_handled_at = now() WHERE w.worker = r.worker;
+        IF r.worker <> ALL (v_workers) THEN
+            v_workers := v_workers || r.worker;
+        END IF;
     END LOOP;
+    -- the alert's check reads these workers whatever their last_seen
+    IF cardinality(v_workers) > 0 THEN
+        UPDATE queue.offline_check o
+           SET workers = ARRAY(SELECT DISTINCT u.w FROM unnest(o.workers || v_workers) AS u(w)
+                                ORDER BY u.w)
+         WHERE o.queue_name = p_queue;
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION queue._recover_offline(text)
