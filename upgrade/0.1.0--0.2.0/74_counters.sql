@@ -8,6 +8,27 @@
 ALTER TABLE queue.metrics_totals ADD COLUMN IF NOT EXISTS snap_processed bigint;
 ALTER TABLE queue.metrics_totals ADD COLUMN IF NOT EXISTS snap_failed bigint;
 
+-- Dead letters of a queue by reason in a time range, as {"reason": n}.
+-- The range is [after, until), as for completions and failed attempts: a
+-- dead letter is stamped with its transaction's start (dead_at), which may
+-- be the very bound a snapshot counted up to (the oldest open
+-- transaction's start), so the next count must include that instant.
+CREATE OR REPLACE FUNCTION queue._dead_by_reason(p_queue text, p_after timestamptz, p_until timestamptz)
+RETURNS jsonb LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v jsonb;
+BEGIN
+    SELECT coalesce(jsonb_object_agg(x.reason, x.n), '{}') INTO v
+      FROM (SELECT d.reason, count(*) AS n FROM queue.dead_letters d
+             WHERE d.queue_name = p_queue AND d.dead_at >= p_after AND d.dead_at < p_until
+             GROUP BY d.reason) x;
+    RETURN v;
+END
+$$;
+COMMENT ON FUNCTION queue._dead_by_reason(text, timestamptz, timestamptz) IS 'Dead letters of a queue by reason, dead in [after, until)';
+
 -- Advances a queue's running totals to p_bound: the first time everything
 -- stamped before it, then what was stamped since counted_until.
 -- snapshot_metrics calls it for every queue, and retention before it
