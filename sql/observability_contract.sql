@@ -33,8 +33,32 @@ SELECT count(*) AS open_offline_alerts FROM queue.alerts
  WHERE queue_name = 'oc_off' AND kind = 'worker_offline' AND cleared_at IS NULL;
 RESET ROLE;
 
+-- case: the SLA reason and alert say a sub-minute age with its fraction
+-- (1.5 s against a 2 s sla), not cut to whole seconds (00:00:01)
+SET ROLE regress_oc_admin;
+SELECT queue.create_queue('oc_sla', sla => '2 s');
+SET ROLE regress_oc_producer;
+SELECT count(*) FROM queue.enqueue('oc_sla', '{}');
+RESET ROLE;
+BEGIN;
+UPDATE queue.item_live SET visible_at = now() - interval '1.5 s', enqueued_at = now() - interval '1.5 s'
+ WHERE queue_name = 'oc_sla';
+SET LOCAL ROLE regress_oc_admin;
+SELECT * FROM queue.health('oc_sla');
+SELECT count(*) FROM queue.sweep('oc_sla');
+SELECT kind, message FROM queue.alerts WHERE queue_name = 'oc_sla' AND cleared_at IS NULL;
+COMMIT;
+BEGIN;
+UPDATE queue.item_live SET visible_at = now() - interval '1.9 s', enqueued_at = now() - interval '1.9 s'
+ WHERE queue_name = 'oc_sla';
+SET LOCAL ROLE regress_oc_admin;
+SELECT * FROM queue.health('oc_sla');
+SELECT count(*) FROM queue.sweep('oc_sla');
+SELECT kind, message FROM queue.alerts WHERE queue_name = 'oc_sla' AND cleared_at IS NULL;
+COMMIT;
+
 RESET ROLE;
 SELECT queue.drop_queue(q, force => true) IS NOT NULL AS dropped
-  FROM unnest(ARRAY['oc_off']) AS q;
+  FROM unnest(ARRAY['oc_off', 'oc_sla']) AS q;
 DELETE FROM queue.worker_registry WHERE worker LIKE 'oc-%';
 DROP ROLE regress_oc_admin, regress_oc_bot, regress_oc_producer;
