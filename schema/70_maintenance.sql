@@ -42,7 +42,8 @@ CREATE FUNCTION queue._say_duration(p interval) RETURNS text
 $$;
 COMMENT ON FUNCTION queue._say_duration(interval) IS 'A duration as HH:MM:SS, independent of IntervalStyle';
 
--- A run time as people say it: seconds with their fraction under a minute
+-- A run time or a wait (stalled leases, the oldest queued age against the
+-- sla) as people say it: seconds with their fraction under a minute
 -- (0.2 s, 2.9 s, 45 s; to the millisecond below one second), HH:MM:SS above.
 CREATE FUNCTION queue._say_run_time(p interval) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
@@ -119,14 +120,14 @@ BEGIN
         PERFORM queue._clear_alert(p_queue, 'sla_warning');
         PERFORM queue._raise_alert(p_queue, 'sla_critical',
             format('queue %s: oldest queued item has waited %s, over 85%% of the %s sla',
-                   p_queue, queue._say_duration(v_age), queue._say_interval(c.sla)),
+                   p_queue, queue._say_run_time(v_age), queue._say_interval(c.sla)),
             jsonb_build_object('oldest_queued_age', extract(epoch FROM v_age),
                                'sla', extract(epoch FROM c.sla), 'queued', s.queued));
     ELSIF c.sla IS NOT NULL AND v_age > c.sla * 0.5 THEN
         PERFORM queue._clear_alert(p_queue, 'sla_critical');
         PERFORM queue._raise_alert(p_queue, 'sla_warning',
             format('queue %s: oldest queued item has waited %s, over half the %s sla',
-                   p_queue, queue._say_duration(v_age), queue._say_interval(c.sla)),
+                   p_queue, queue._say_run_time(v_age), queue._say_interval(c.sla)),
             jsonb_build_object('oldest_queued_age', extract(epoch FROM v_age),
                                'sla', extract(epoch FROM c.sla), 'queued', s.queued));
     ELSE

@@ -287,11 +287,11 @@ BEGIN
     IF c.sla IS NOT NULL AND s.oldest_queued_age > c.sla * 0.85 THEN
         v_level := 2;
         reasons := reasons || format('oldest queued item has waited %s, over 85%% of the %s sla',
-                                     queue._say_duration(s.oldest_queued_age), queue._say_interval(c.sla));
+                                     queue._say_run_time(s.oldest_queued_age), queue._say_interval(c.sla));
     ELSIF c.sla IS NOT NULL AND s.oldest_queued_age > c.sla * 0.5 THEN
         v_level := 1;
         reasons := reasons || format('oldest queued item has waited %s, over half the %s sla',
-                                     queue._say_duration(s.oldest_queued_age), queue._say_interval(c.sla));
+                                     queue._say_run_time(s.oldest_queued_age), queue._say_interval(c.sla));
     END IF;
 
     -- a backlog that grew across the last three snapshots

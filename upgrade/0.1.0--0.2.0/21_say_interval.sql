@@ -18,7 +18,8 @@ END
 $$;
 COMMENT ON FUNCTION queue._say_interval(interval) IS 'An interval as people say it: 10 min, 1 h, 30 s';
 
--- A run time as people say it: seconds with their fraction under a minute
+-- A run time or a wait (stalled leases, the oldest queued age against the
+-- sla) as people say it: seconds with their fraction under a minute
 -- (0.2 s, 2.9 s, 45 s; to the millisecond below one second), HH:MM:SS above.
 CREATE OR REPLACE FUNCTION queue._say_run_time(p interval) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$

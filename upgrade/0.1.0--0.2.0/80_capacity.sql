@@ -201,11 +201,11 @@ BEGIN
     IF c.sla IS NOT NULL AND s.oldest_queued_age > c.sla * 0.85 THEN
         v_level := 2;
         reasons := reasons || format('oldest queued item has waited %s, over 85%% of the %s sla',
-                                     queue._say_duration(s.oldest_queued_age), queue._say_interval(c.sla));
+                                     queue._say_run_time(s.oldest_queued_age), queue._say_interval(c.sla));
     ELSIF c.sla IS NOT NULL AND s.oldest_queued_age > c.sla * 0.5 THEN
         v_level := 1;
         reasons := reasons || format('oldest queued item has waited %s, over half the %s sla',
-                                     queue._say_duration(s.oldest_queued_age), queue._say_interval(c.sla));
+                                     queue._say_run_time(s.oldest_queued_age), queue._say_interval(c.sla));
     END IF;
 
     -- a backlog that grew across the last three snapshots
@@ -310,14 +310,14 @@ BEGIN
         PERFORM queue._clear_alert(p_queue, 'sla_warning');
         PERFORM queue._raise_alert(p_queue, 'sla_critical',
             format('queue %s: oldest queued item has waited %s, over 85%% of the %s sla',
-                   p_queue, queue._say_duration(v_age), queue._say_interval(c.sla)),
+                   p_queue, queue._say_run_time(v_age), queue._say_interval(c.sla)),
             jsonb_build_object('oldest_queued_age', extract(epoch FROM v_age),
                                'sla', extract(epoch FROM c.sla), 'queued', s.queued));
     ELSIF c.sla IS NOT NULL AND v_age > c.sla * 0.5 THEN
         PERFORM queue._clear_alert(p_queue, 'sla_critical');
         PERFORM queue._raise_alert(p_queue, 'sla_warning',
             format('queue %s: oldest queued item has waited %s, over half the %s sla',
-                   p_queue, queue._say_duration(v_age), queue._say_interval(c.sla)),
+                   p_queue, queue._say_run_time(v_age), queue._say_interval(c.sla)),
             jsonb_build_object('oldest_queued_age', extract(epoch FROM v_age),
                                'sla', extract(epoch FROM c.sla), 'queued', s.queued));
     ELSE
