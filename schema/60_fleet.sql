@@ -314,6 +314,7 @@ DECLARE
     v_cutoff timestamptz := now() - make_interval(secs => queue._worker_offline_after());
     r record;
     v_workers text[] := '{}';
+    v_named text[];
 BEGIN
     recovered := 0;
     dead_lettered := 0;
@@ -340,12 +341,18 @@ BEGIN
             v_workers := v_workers || r.worker;
         END IF;
     END LOOP;
-    -- the alert's check reads these workers whatever their last_seen
+    -- the alert's check reads these workers whatever their last_seen.
+    -- NB: merged before the write, as a value: under Citus a query in an
+    -- UPDATE of a distributed table would run inside the shard's statement.
     IF cardinality(v_workers) > 0 THEN
-        UPDATE queue.offline_check o
-           SET workers = ARRAY(SELECT DISTINCT u.w FROM unnest(o.workers || v_workers) AS u(w)
-                                ORDER BY u.w)
-         WHERE o.queue_name = p_queue;
+        SELECT o.workers INTO v_named FROM queue.offline_check o
+         WHERE o.queue_name = p_queue;     -- (only sweeps, under the sweep lock, write it)
+        IF FOUND THEN
+            v_named := ARRAY(SELECT DISTINCT u.w FROM unnest(v_named || v_workers) AS u(w)
+                              ORDER BY u.w);
+            UPDATE queue.offline_check o SET workers = v_named
+             WHERE o.queue_name = p_queue;
+        END IF;
     END IF;
 END
 $$;
