@@ -6,6 +6,7 @@
 CREATE ROLE regress_oc_admin LOGIN IN ROLE queue_admin;
 CREATE ROLE regress_oc_bot LOGIN IN ROLE queue_worker;
 CREATE ROLE regress_oc_producer LOGIN IN ROLE queue_producer;
+CREATE ROLE regress_oc_reader LOGIN IN ROLE queue_reader;
 
 -- case: worker_offline is raised while an offline worker held one of the
 -- queue's items, also for a queue swept before the worker went offline
@@ -57,8 +58,22 @@ SELECT count(*) FROM queue.sweep('oc_sla');
 SELECT kind, message FROM queue.alerts WHERE queue_name = 'oc_sla' AND cleared_at IS NULL;
 COMMIT;
 
+-- case: on an installation without per-queue grants, a reader sees the
+-- whole fleet in the workers view: a worker registered for every queue
+-- (queues NULL) that never claimed is idle, and one gone for days with
+-- nothing in the last 24 h is offline; queues stays NULL (every queue)
+SET ROLE regress_oc_bot;
+SELECT queue.register_worker('oc-bot-never');
+SELECT queue.register_worker('oc-bot-long-gone');
+RESET ROLE;
+UPDATE queue.worker_registry SET last_seen = now() - interval '3 days' WHERE worker = 'oc-bot-long-gone';
+SET ROLE regress_oc_reader;
+SELECT worker, status, in_flight, completed_24h, failed_24h, mean_run_time, success_rate, queues
+  FROM queue.workers WHERE worker IN ('oc-bot-never', 'oc-bot-long-gone') ORDER BY worker;
+RESET ROLE;
+
 RESET ROLE;
 SELECT queue.drop_queue(q, force => true) IS NOT NULL AS dropped
   FROM unnest(ARRAY['oc_off', 'oc_sla']) AS q;
 DELETE FROM queue.worker_registry WHERE worker LIKE 'oc-%';
-DROP ROLE regress_oc_admin, regress_oc_bot, regress_oc_producer;
+DROP ROLE regress_oc_admin, regress_oc_bot, regress_oc_producer, regress_oc_reader;
