@@ -362,6 +362,12 @@ COMMENT ON FUNCTION queue._recover_offline(text)
 -- Filtered per queue like the other views (see the comment on the view);
 -- the 24-hour counts read the indexes led by the worker on item_done and
 -- failure_log, so each worker costs its own rows, not a day of history.
+-- A worker registered for every queue (queues NULL, as a first dequeue
+-- registers it) is shown to every caller while some queue is open to
+-- every reader and every worker: it may serve that queue, so on an
+-- installation without per-queue grants a reader sees the whole fleet,
+-- idle and offline workers included; where every queue is closed, only
+-- to the roles that registered it or whose queues it works.
 CREATE VIEW queue.workers WITH (security_barrier) AS
 SELECT w.worker,
        CASE
@@ -378,13 +384,16 @@ SELECT w.worker,
             THEN round(d.completed_24h::numeric / (d.completed_24h + fl.failed_24h), 4) END
          AS success_rate,
        w.capacity, w.draining,
-       CASE WHEN a.admin THEN w.queues
+       CASE WHEN a.admin OR w.queues IS NULL THEN w.queues
             ELSE ARRAY(SELECT u.q FROM unnest(w.queues) AS u(q) WHERE queue._can_read(u.q)) END
          AS queues,
        w.info, w.registered_at
   FROM queue.worker_registry w
  CROSS JOIN LATERAL (
-        SELECT pg_has_role(queue._caller(), 'queue_admin', 'MEMBER') AS admin) a
+        SELECT pg_has_role(queue._caller(), 'queue_admin', 'MEMBER') AS admin,
+               -- a queue every reader may read and every worker may work
+               EXISTS (SELECT 1 FROM queue.queue_config o
+                        WHERE NOT o.restrict_reader AND NOT o.restrict_worker) AS open_queue) a
  CROSS JOIN LATERAL (
         SELECT count(*) AS in_flight
           FROM queue.queue_config q
@@ -404,6 +413,7 @@ SELECT w.worker,
  WHERE a.admin
     OR pg_has_role(queue._caller(), coalesce(w.registered_by::oid, 0::oid), 'MEMBER')
     OR EXISTS (SELECT 1 FROM unnest(w.queues) AS u(q) WHERE queue._can_read(u.q))
+    OR (w.queues IS NULL AND a.open_queue)
     OR f.in_flight > 0 OR d.completed_24h > 0 OR fl.failed_24h > 0;
 COMMENT ON VIEW queue.workers
-    IS 'Workers the caller may see (every worker for an admin; else those it registered or that work queues it may read): status, in-flight items, 24 h results in those queues';
+    IS 'Workers the caller may see (every worker for an admin; else those it registered, that work queues it may read, or registered for every queue while one is open to all): status, in-flight items, 24 h results in those queues';

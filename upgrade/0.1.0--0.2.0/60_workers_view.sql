@@ -21,13 +21,16 @@ SELECT w.worker,
             THEN round(d.completed_24h::numeric / (d.completed_24h + fl.failed_24h), 4) END
          AS success_rate,
        w.capacity, w.draining,
-       CASE WHEN a.admin THEN w.queues
+       CASE WHEN a.admin OR w.queues IS NULL THEN w.queues
             ELSE ARRAY(SELECT u.q FROM unnest(w.queues) AS u(q) WHERE queue._can_read(u.q)) END
          AS queues,
        w.info, w.registered_at
   FROM queue.worker_registry w
  CROSS JOIN LATERAL (
-        SELECT pg_has_role(queue._caller(), 'queue_admin', 'MEMBER') AS admin) a
+        SELECT pg_has_role(queue._caller(), 'queue_admin', 'MEMBER') AS admin,
+               -- a queue every reader may read and every worker may work
+               EXISTS (SELECT 1 FROM queue.queue_config o
+                        WHERE NOT o.restrict_reader AND NOT o.restrict_worker) AS open_queue) a
  CROSS JOIN LATERAL (
         SELECT count(*) AS in_flight
           FROM queue.queue_config q
@@ -47,9 +50,10 @@ SELECT w.worker,
  WHERE a.admin
     OR pg_has_role(queue._caller(), coalesce(w.registered_by::oid, 0::oid), 'MEMBER')
     OR EXISTS (SELECT 1 FROM unnest(w.queues) AS u(q) WHERE queue._can_read(u.q))
+    OR (w.queues IS NULL AND a.open_queue)
     OR f.in_flight > 0 OR d.completed_24h > 0 OR fl.failed_24h > 0;
 COMMENT ON VIEW queue.workers
-    IS 'Workers the caller may see (every worker for an admin; else those it registered or that work queues it may read): status, in-flight items, 24 h results in those queues';
+    IS 'Workers the caller may see (every worker for an admin; else those it registered, that work queues it may read, or registered for every queue while one is open to all): status, in-flight items, 24 h results in those queues';
 
 -- the view calls queue._caller() as the reader
 GRANT EXECUTE ON FUNCTION queue._caller() TO queue_reader, queue_producer, queue_worker, queue_admin;
