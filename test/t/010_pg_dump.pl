@@ -90,6 +90,26 @@ is($node->safe_psql('src', q{
 	'processing=processing,retrying=scheduled,queued=queued,scheduled=scheduled,held=on_hold',
 	'source has items in every live state');
 
+# Ordered groups as they stand mid-run: the head of g1 is processing with
+# two members behind it, the head of g2 is queued with one behind it, the
+# head of g3 is on hold with one behind it.
+my $gids = $node->safe_psql('src', q{
+	SELECT queue.create_queue('grouped');
+	SELECT queue.enqueue('grouped', '{"g": "g1-head"}', group_key => 'g1');
+	SELECT queue.enqueue('grouped', '{"g": "g1-second"}', group_key => 'g1');
+	SELECT queue.enqueue('grouped', '{"g": "g1-third"}', group_key => 'g1');
+	SELECT queue.enqueue('grouped', '{"g": "g2-head"}', group_key => 'g2');
+	SELECT queue.enqueue('grouped', '{"g": "g2-second"}', group_key => 'g2');
+	SELECT queue.enqueue('grouped', '{"g": "g3-head"}', group_key => 'g3');
+	SELECT queue.enqueue('grouped', '{"g": "g3-second"}', group_key => 'g3');
+});
+my (undef, $g1_head, $g1_second, $g1_third, $g2_head, $g2_second, $g3_head, $g3_second) =
+	split /\n/, $gids;
+$node->safe_psql('src', qq{SELECT queue.hold('grouped', $g3_head, 'wait for the customer')});
+my ($g1_claimed, $g1_token) = split / /, $node->safe_psql('src', q{
+	SELECT item_id || ' ' || lease_token FROM queue.dequeue('grouped', 'bot-g')});
+is($g1_claimed, $g1_head, 'the head of g1 is processing');
+
 # Everything that must survive, as text.
 my $snapshot_sql = state_sql();
 my $before = $node->safe_psql('src', $snapshot_sql);
@@ -187,6 +207,23 @@ foreach my $db ('dst_custom', 'dst_plain')
 		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
 	isnt($ret, 0, "$db: second replay fails");
 	like($err, qr/55000/, "$db: second replay is 55000");
+
+	# Ordered groups go on where they stood: only the queued head of g2 is
+	# claimable, the members behind a processing or held head wait, and
+	# completing the head of g1 with its old lease hands out the next one.
+	is(query_db($db, q{
+		SELECT string_agg(payload->>'g', ',' ORDER BY item_id) FROM queue.dequeue('grouped', 'bot-h', batch_size => 10)}),
+		'g2-head', "$db: of the ordered groups only the queued head is claimable");
+	is(query_db($db, qq{SELECT queue.complete('grouped', $g1_head, $g1_token)}),
+		't', "$db: the processing head of a group completes with its old lease");
+	is(query_db($db, q{
+		SELECT string_agg(payload->>'g', ',' ORDER BY item_id) FROM queue.dequeue('grouped', 'bot-h', batch_size => 10)}),
+		'g1-second', "$db: then the next item of its group, and nothing behind it");
+	is(query_db($db, qq{SELECT queue.unhold('grouped', $g3_head)}),
+		't', "$db: the held head of a group is released");
+	is(query_db($db, q{
+		SELECT string_agg(payload->>'g', ',' ORDER BY item_id) FROM queue.dequeue('grouped', 'bot-h', batch_size => 10)}),
+		'g3-head', "$db: and is claimable, its member still waiting");
 
 	# The other queue is intact too.
 	is(query_db($db, q{SELECT payload->>'s' FROM queue.dequeue('plain', 'bot-3')}),
