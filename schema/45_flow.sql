@@ -262,11 +262,14 @@ CREATE OR REPLACE FUNCTION queue._flow_on_insert() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 BEGIN
     -- a group without a row has no live item: the new one presumes to be
-    -- its head (confirmed, or parked, at commit by queue._group_settle)
+    -- its head (confirmed, or parked, at commit by queue._group_settle).
+    -- The row naming this very item as its head is a restore (pg_dump
+    -- loads flow_group before item_live): the head keeps its state.
     IF NEW.group_key IS NOT NULL THEN
         NEW.group_pos := coalesce(NEW.group_pos, NEW.item_id);
         IF EXISTS (SELECT 1 FROM queue.flow_group f
-                    WHERE f.queue_name = NEW.queue_name AND f.group_key = NEW.group_key) THEN
+                    WHERE f.queue_name = NEW.queue_name AND f.group_key = NEW.group_key
+                      AND f.head_id IS DISTINCT FROM NEW.item_id) THEN
             NEW.group_wait := true;
             IF NOT NEW.on_hold THEN
                 NEW.visible_at := queue._flow_parked();
