@@ -110,6 +110,17 @@ my ($g1_claimed, $g1_token) = split / /, $node->safe_psql('src', q{
 	SELECT item_id || ' ' || lease_token FROM queue.dequeue('grouped', 'bot-g')});
 is($g1_claimed, $g1_head, 'the head of g1 is processing');
 
+# A queue closed to readers by a grant to a role that was dropped later
+# (its grant row names the role by its old OID, keeping the kind closed).
+$node->safe_psql('src', q{
+	CREATE ROLE regress_gone;
+	SELECT queue.create_queue('closed');
+	SELECT queue.enqueue('closed', '{"secret": "of the gone tenant"}');
+	SELECT queue.grant_queue('closed', 'regress_gone', 'reader');
+});
+my $gone_oid = $node->safe_psql('src', q{SELECT 'regress_gone'::regrole::oid});
+$node->safe_psql('src', 'DROP ROLE regress_gone');
+
 # Everything that must survive, as text.
 my $snapshot_sql = state_sql();
 my $before = $node->safe_psql('src', $snapshot_sql);
@@ -235,6 +246,47 @@ foreach my $db ('dst_custom', 'dst_plain')
 		'retrying=scheduled,scheduled=scheduled,held=on_hold,dead=queued',
 		"$db: live items after the work");
 }
+
+# Restored into another cluster, the grant of the dropped role grants
+# nothing to whichever role has its old OID there: the queue stays closed.
+my $other_node = PostgreSQL::Test::Cluster->new('other');
+$other_node->init;
+$other_node->start;
+my $innocent = $other_node->safe_psql('postgres', qq{
+	DO \$\$
+	DECLARE
+		v_oid oid;
+	BEGIN
+		FOR i IN 1 .. 100000 LOOP
+			EXECUTE format('CREATE ROLE regress_filler_%s', i);
+			SELECT r.oid INTO v_oid FROM pg_roles r WHERE r.rolname = format('regress_filler_%s', i);
+			IF v_oid >= $gone_oid THEN
+				EXECUTE format('ALTER ROLE regress_filler_%s RENAME TO regress_innocent', i);
+				EXIT;
+			END IF;
+		END LOOP;
+	END
+	\$\$;
+	SELECT oid FROM pg_roles WHERE rolname = 'regress_innocent';
+});
+is($innocent, $gone_oid, 'another cluster has a role with the dropped role\'s OID');
+$other_node->safe_psql('postgres', 'CREATE DATABASE dst_other');
+$other_node->command_ok(
+	[ 'pg_restore', '--exit-on-error', '--dbname', $other_node->connstr('dst_other'), $dumpfile ],
+	'pg_restore into another cluster');
+$other_node->safe_psql('dst_other', 'GRANT queue_reader TO regress_innocent');
+is($other_node->safe_psql('dst_other', q{
+	SET ROLE regress_innocent;
+	SELECT count(*) FROM queue.items WHERE queue_name = 'closed'}),
+	'0', 'a role that was never granted the closed queue does not read its items');
+my ($oret, $oout, $oerr) = $other_node->psql('dst_other', q{
+	SET ROLE regress_innocent;
+	SELECT queue.item('closed', 1)}, extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($oerr, qr/42501/, 'and is refused the queue\'s calls with 42501');
+is($other_node->safe_psql('dst_other', q{
+	SELECT restrict_reader FROM queue.queue_config WHERE queue_name = 'closed'}),
+	't', 'the queue stays closed to readers');
+$other_node->stop;
 
 # The source database is untouched by all of this.
 is($node->safe_psql('src', $snapshot_sql), $before, 'source database unchanged');
