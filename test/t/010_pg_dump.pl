@@ -112,14 +112,20 @@ is($g1_claimed, $g1_head, 'the head of g1 is processing');
 
 # A queue closed to readers by a grant to a role that was dropped later
 # (its grant row names the role by its old OID, keeping the kind closed).
+# The same role registered a worker name, which thereby belongs to it; the
+# sweep that follows the drop of the role finds it.
 $node->safe_psql('src', q{
-	CREATE ROLE regress_gone;
+	CREATE ROLE regress_gone IN ROLE queue_worker;
 	SELECT queue.create_queue('closed');
 	SELECT queue.enqueue('closed', '{"secret": "of the gone tenant"}');
 	SELECT queue.grant_queue('closed', 'regress_gone', 'reader');
+	SET ROLE regress_gone;
+	SELECT queue.register_worker('bot-of-gone');
+	RESET ROLE;
 });
 my $gone_oid = $node->safe_psql('src', q{SELECT 'regress_gone'::regrole::oid});
 $node->safe_psql('src', 'DROP ROLE regress_gone');
+$node->safe_psql('src', 'SELECT queue.sweep_dropped()');
 
 # Everything that must survive, as text.
 my $snapshot_sql = state_sql();
@@ -286,6 +292,12 @@ like($oerr, qr/42501/, 'and is refused the queue\'s calls with 42501');
 is($other_node->safe_psql('dst_other', q{
 	SELECT restrict_reader FROM queue.queue_config WHERE queue_name = 'closed'}),
 	't', 'the queue stays closed to readers');
+$other_node->safe_psql('dst_other', 'GRANT queue_worker TO regress_innocent');
+($oret, $oout, $oerr) = $other_node->psql('dst_other', q{
+	SET ROLE regress_innocent;
+	SELECT queue.register_worker('bot-of-gone', restart => true)},
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($oerr, qr/42501/, 'nor may it change the worker name the dropped role registered');
 $other_node->stop;
 
 # The source database is untouched by all of this.
