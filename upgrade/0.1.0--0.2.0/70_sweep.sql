@@ -391,6 +391,14 @@ BEGIN
     END LOOP;
     -- totals of dropped queues: snapshot_metrics removes them
 
+    -- A worker name whose registering role was dropped belongs to the
+    -- admins (as it did in effect: no caller is that role any more); its
+    -- old OID, dumped as a bare number, would name whichever role has it
+    -- in the cluster a restore goes to.
+    UPDATE queue.worker_registry w SET registered_by = 'queue_admin'::regrole
+     WHERE w.registered_by IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = w.registered_by);
+
     -- Workers gone for longer than the longest retention of any queue
     -- (at least a day), holding nothing, not draining and with no
     -- maintenance window now or ahead: random or one-off worker names never
