@@ -626,9 +626,10 @@ BEGIN
     -- admins (as it did in effect: no caller is that role any more); its
     -- old OID, dumped as a bare number, would name whichever role has it
     -- in the cluster a restore goes to.
+    -- (its regrole reads as that bare OID, all digits: no catalog join,
+    -- which a reference table under Citus could not take)
     UPDATE queue.worker_registry w SET registered_by = 'queue_admin'::regrole
-     WHERE w.registered_by IS NOT NULL
-       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = w.registered_by);
+     WHERE w.registered_by::text ~ '^[0-9]+$';
 
     -- Workers gone for longer than the longest retention of any queue
     -- (at least a day), holding nothing, not draining and with no
