@@ -375,6 +375,7 @@ DECLARE
     v_counts jsonb;
     v_n bigint := 0;
     v_busy text[];
+    v_role oid;
 BEGIN
     FOR v_name IN
         SELECT n.q FROM queue._queues_with_rows() n(q)
@@ -395,10 +396,16 @@ BEGIN
     -- admins (as it did in effect: no caller is that role any more); its
     -- old OID, dumped as a bare number, would name whichever role has it
     -- in the cluster a restore goes to.
-    -- (its regrole reads as that bare OID, all digits: no catalog join,
-    -- which a reference table under Citus could not take)
-    UPDATE queue.worker_registry w SET registered_by = 'queue_admin'::regrole
-     WHERE w.registered_by::text ~ '^[0-9]+$';
+    -- The roles are looked up here, one by one, in this node's catalog:
+    -- under Citus the registry is a reference table, whose UPDATE may not
+    -- call a function on its rows, and whose rows a worker node would judge
+    -- against its own role OIDs.
+    FOR v_role IN SELECT DISTINCT w.registered_by::oid FROM queue.worker_registry w
+                   WHERE w.registered_by IS NOT NULL LOOP
+        CONTINUE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = v_role);
+        UPDATE queue.worker_registry w SET registered_by = 'queue_admin'::regrole
+         WHERE w.registered_by = v_role::regrole;
+    END LOOP;
 
     -- Workers gone for longer than the longest retention of any queue
     -- (at least a day), holding nothing, not draining and with no
