@@ -130,6 +130,21 @@ SELECT queue.drain_worker('c-one');
 SELECT count(*) AS capacity_short FROM queue.health('c_short') h, unnest(h.reasons) r
  WHERE r LIKE 'capacity short:%';
 SELECT queue.undrain_worker('c-one');
+-- so does a maintenance window: inside it the worker gets nothing new
+SELECT queue.add_maintenance('c-one', now() - interval '1 min', now() + interval '1 h') > 0 AS added;
+SELECT worker, status, in_flight, capacity FROM queue.workers WHERE worker = 'c-one';
+SELECT count(*) AS capacity_short FROM queue.health('c_short') h, unnest(h.reasons) r
+ WHERE r LIKE 'capacity short:%';
+-- one that starts later or has ended does not
+UPDATE queue.maintenance_window SET starts_at = now() + interval '1 h', ends_at = now() + interval '2 h'
+ WHERE worker = 'c-one';
+SELECT count(*) AS capacity_short FROM queue.health('c_short') h, unnest(h.reasons) r
+ WHERE r LIKE 'capacity short:%';
+UPDATE queue.maintenance_window SET starts_at = now() - interval '2 h', ends_at = now() - interval '1 h'
+ WHERE worker = 'c-one';
+SELECT count(*) AS capacity_short FROM queue.health('c_short') h, unnest(h.reasons) r
+ WHERE r LIKE 'capacity short:%';
+DELETE FROM queue.maintenance_window WHERE worker = 'c-one';
 SELECT queue.register_worker('c-one', capacity => 1);
 
 -- case: sweep raises the capacity_short alert with its details and clears it
