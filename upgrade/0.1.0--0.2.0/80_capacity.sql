@@ -102,9 +102,13 @@ BEGIN
     END IF;
 
     -- capacity_short: past half the sla, every live holder at capacity
+    -- (a draining worker, or one in a maintenance window, takes nothing new)
     IF c.sla IS NOT NULL AND p_oldest > c.sla * 0.5 THEN
         SELECT count(*),
-               count(*) FILTER (WHERE r.draining OR h.held >= coalesce(r.capacity, 1))
+               count(*) FILTER (WHERE r.draining OR h.held >= coalesce(r.capacity, 1)
+                                   OR EXISTS (SELECT 1 FROM queue.maintenance_window m
+                                               WHERE m.worker = w.worker
+                                                 AND m.starts_at <= now() AND m.ends_at > now()))
           INTO v_workers, v_full
           FROM (SELECT DISTINCT i.worker FROM queue.item_live i
                  WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
