@@ -197,7 +197,35 @@ SELECT w.worker, count(d.item_id) AS claimed
 DELETE FROM queue.maintenance_window WHERE worker LIKE 'w-pre-%';
 DELETE FROM queue.worker_registry WHERE worker LIKE 'w-pre-%';
 
+-- case: claim order holds across offline recovery and restarts.  An item
+-- whose lease ran out became claimable at the lease's end: ending that
+-- lease afterwards (its worker offline, or restarted) leaves it ahead of
+-- the items that became claimable after it; a lease ended before its end
+-- makes the item claimable at that moment, behind those already waiting.
+SELECT queue.create_queue('w_order', lease_timeout => '1 hour');
+SELECT queue.enqueue('w_order', '{"n": "expired-offline"}') AS o1 \gset
+SELECT queue.enqueue('w_order', '{"n": "expired-restarted"}') AS o2 \gset
+SELECT queue.enqueue('w_order', '{"n": "current-offline"}') AS o3 \gset
+SELECT count(*) FROM queue.dequeue('w_order', 'w-ord-gone', 2);
+SELECT count(*) FROM queue.dequeue('w_order', 'w-ord-ghost', 1);
+-- the first two leases ran out a minute ago; w-ord-gone and w-ord-ghost
+-- have not been seen for a day
+UPDATE queue.item_live SET lease_expires_at = now() - interval '1 min',
+                           visible_at = now() - interval '1 min'
+ WHERE queue_name = 'w_order' AND item_id IN (:o1, :o2);
+UPDATE queue.item_live SET worker = 'w-ord-restart' WHERE queue_name = 'w_order' AND item_id = :o2;
+SELECT queue.register_worker('w-ord-restart');
+UPDATE queue.worker_registry SET last_seen = now() - interval '1 day'
+ WHERE worker IN ('w-ord-gone', 'w-ord-ghost');
+-- an item that became claimable after those leases ran out
+SELECT queue.enqueue('w_order', '{"n": "later"}') AS o4 \gset
+SELECT queue.register_worker('w-ord-restart', restart => true);
+SELECT recovered FROM queue.sweep() WHERE queue_name = 'w_order';
+SELECT payload->>'n' AS item, state, last_error FROM queue.items
+ WHERE queue_name = 'w_order' ORDER BY item_id;
+SELECT d.payload->>'n' AS claimed_in_order, d.attempt FROM queue.dequeue('w_order', 'w-ord-next', 4) d;
+
 DROP TABLE public.w_lost_claim, public.w_cli_claim, public.w_named_claim;
-SELECT queue.drop_queue(q, force => true) FROM unnest('{w_q,w_closed,w_last,w_named,w_short,w_pre}'::text[]) q;
+SELECT queue.drop_queue(q, force => true) FROM unnest('{w_q,w_closed,w_last,w_named,w_short,w_pre,w_order}'::text[]) q;
 DROP OWNED BY regress_wk_a, regress_wk_b, regress_wk_admin;
 DROP ROLE regress_wk_a, regress_wk_b, regress_wk_admin;
