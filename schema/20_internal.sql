@@ -393,6 +393,7 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     r record;
     v_entry jsonb;
+    v_now timestamptz;
 BEGIN
     SELECT i.attempt, i.max_attempts, i.worker, i.cancel_requested_at, i.lost_counted INTO r
       FROM queue.item_live i
@@ -417,9 +418,16 @@ BEGIN
     END IF;
     v_entry := queue._record_failure(p_queue, p_item_id, r.attempt, r.worker, p_kind,
                                      p_error, p_error_code);
+    -- claimable from now, or, when the lease had run out already, from its
+    -- end as before: the item keeps its place in the claim order (and the
+    -- wait that priority aging measures from there).  NB: now() as a
+    -- value, Citus refuses it next to a column in a write.
+    v_now := now();
     UPDATE queue.item_live i
        SET lease_token = NULL, lease_expires_at = NULL, worker = NULL,
-           visible_at = now(), run_at = now(), priority = i.base_priority,
+           visible_at = least(i.lease_expires_at, v_now), run_at = least(i.lease_expires_at, v_now),
+           priority = CASE WHEN i.lease_expires_at <= v_now THEN i.priority
+                           ELSE i.base_priority END,
            last_error = p_error, error_code = p_error_code,
            errors = i.errors || jsonb_build_array(v_entry)
      WHERE i.queue_name = p_queue AND i.item_id = p_item_id;
