@@ -173,4 +173,33 @@ SELECT pg_sleep(1.3);
 SELECT count(*) AS second_probe FROM queue.dequeue('b_hb', 'w-other');
 SELECT breaker_state FROM queue.queues WHERE queue_name = 'b_hb';
 
-SELECT queue.drop_queue(q, force => true) FROM unnest('{b_op,b_alone,b_alert,b_frac,b_run,b_pct,b_short,b_one,b_hb}'::text[]) q;
+-- case: a probe whose lease a restart or offline recovery ends is a failed
+-- probe at once: the breaker is open again for another cooldown from
+-- then, not from the end its lease would have had, and probes again after it
+SELECT queue.create_queue('b_end', breaker_threshold => 0.5, breaker_min_samples => 1,
+                          breaker_cooldown => '1 min', lease_timeout => '1 h',
+                          max_attempts => 9, backoff_base => '0 s');
+SELECT count(*) FROM queue.enqueue_batch('b_end', array_fill('{}'::jsonb, ARRAY[4]));
+SELECT queue.fail('b_end', item_id, lease_token, 'ERP down') FROM queue.dequeue('b_end', 'w-end');
+SELECT pg_temp.cooldown_over('b_end');
+SELECT count(*) AS probes FROM queue.dequeue('b_end', 'w-end');
+SELECT queue.register_worker('w-end', restart => true);
+SELECT breaker_state, breaker_opened_at > now() - interval '1 min' AS reopened_now
+  FROM queue.queues WHERE queue_name = 'b_end';
+SELECT count(*) AS reopened_events FROM queue.events
+ WHERE queue_name = 'b_end' AND kind = 'breaker_open' AND (details->>'reopened')::boolean;
+SELECT count(*) AS probe_while_cooling FROM queue.dequeue('b_end', 'w-other');
+SELECT pg_temp.cooldown_over('b_end');
+SELECT count(*) AS probes FROM queue.dequeue('b_end', 'w-gone');
+UPDATE queue.worker_registry SET last_seen = now() - interval '1 day' WHERE worker = 'w-gone';
+SELECT recovered FROM queue.sweep() WHERE queue_name = 'b_end';
+SELECT breaker_state, breaker_opened_at > now() - interval '1 min' AS reopened_now
+  FROM queue.queues WHERE queue_name = 'b_end';
+SELECT count(*) AS reopened_events FROM queue.events
+ WHERE queue_name = 'b_end' AND kind = 'breaker_open' AND (details->>'reopened')::boolean;
+SELECT count(*) AS probe_while_cooling FROM queue.dequeue('b_end', 'w-other');
+SELECT pg_temp.cooldown_over('b_end');
+SELECT queue.complete('b_end', item_id, lease_token) AS probe_done FROM queue.dequeue('b_end', 'w-other');
+SELECT paused, breaker_state FROM queue.queues WHERE queue_name = 'b_end';
+
+SELECT queue.drop_queue(q, force => true) FROM unnest('{b_op,b_alone,b_alert,b_frac,b_run,b_pct,b_short,b_one,b_hb,b_end}'::text[]) q;
