@@ -377,6 +377,33 @@ END
 $$;
 COMMENT ON FUNCTION queue._lease_lost(text, bigint) IS 'Counts an expired lease nobody re-claimed as a failed attempt, once';
 
+-- The half-open probe's lease ended early by offline recovery or a restart
+-- (src/breaker.c settles the other ends): a failed probe, so the breaker
+-- opens again for another cooldown from now; a cancel-requested probe is
+-- no outcome, as when it is released: the next dequeue probes again.  A
+-- lease that had run out is a lost probe already, whose next probe comes
+-- one cooldown after that lease's end.
+CREATE FUNCTION queue._end_lease_probe(p_queue text, p_item_id bigint,
+                                       p_lease_expires_at timestamptz, p_cancelled boolean)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+BEGIN
+    IF p_lease_expires_at <= now()
+       OR NOT EXISTS (SELECT 1 FROM queue.queue_config c
+                       WHERE c.queue_name = p_queue AND c.breaker_state = 'probing'
+                         AND c.probe_item_id = p_item_id) THEN
+        RETURN;
+    END IF;
+    IF p_cancelled THEN
+        PERFORM queue._breaker_probe_back(p_queue, p_item_id);
+    ELSE
+        PERFORM queue._breaker_probe_done(p_queue, p_item_id, false);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION queue._end_lease_probe(text, bigint, timestamptz, boolean)
+    IS 'Settles the half-open probe whose lease offline recovery or a restart ended early';
+
 -- End an item's current lease early as a lost lease (offline recovery, a
 -- restart): the attempt counts, with p_error; the item is claimable at
 -- once, or a dead letter when that was its last attempt or its cancel was
@@ -395,7 +422,8 @@ DECLARE
     v_entry jsonb;
     v_now timestamptz;
 BEGIN
-    SELECT i.attempt, i.max_attempts, i.worker, i.cancel_requested_at, i.lost_counted INTO r
+    SELECT i.attempt, i.max_attempts, i.worker, i.cancel_requested_at, i.lost_counted,
+           i.lease_expires_at INTO r
       FROM queue.item_live i
      WHERE i.queue_name = p_queue AND i.item_id = p_item_id AND i.lease_token IS NOT NULL;
     IF NOT FOUND THEN
@@ -406,6 +434,8 @@ BEGIN
         PERFORM queue._bury(p_queue, p_item_id, 'lease_expired',
                             CASE WHEN NOT r.lost_counted THEN p_error END,
                             CASE WHEN NOT r.lost_counted THEN p_error_code END);
+        PERFORM queue._end_lease_probe(p_queue, p_item_id, r.lease_expires_at,
+                                       r.cancel_requested_at IS NOT NULL);
         RETURN 'dead';
     END IF;
     IF r.lost_counted THEN
@@ -433,6 +463,7 @@ BEGIN
      WHERE i.queue_name = p_queue AND i.item_id = p_item_id;
     PERFORM queue._event(p_queue, p_item_id, 'recovered', r.worker, r.attempt,
                          jsonb_build_object('reason', p_error_code, 'worker', r.worker));
+    PERFORM queue._end_lease_probe(p_queue, p_item_id, r.lease_expires_at, false);
     RETURN 'recovered';
 END
 $$;

@@ -141,6 +141,33 @@ END
 $$;
 COMMENT ON FUNCTION queue._bury(text, bigint, text, text, text) IS 'Moves a live item to the dead letters';
 
+-- The half-open probe's lease ended early by offline recovery or a restart
+-- (src/breaker.c settles the other ends): a failed probe, so the breaker
+-- opens again for another cooldown from now; a cancel-requested probe is
+-- no outcome, as when it is released: the next dequeue probes again.  A
+-- lease that had run out is a lost probe already, whose next probe comes
+-- one cooldown after that lease's end.
+CREATE FUNCTION queue._end_lease_probe(p_queue text, p_item_id bigint,
+                                       p_lease_expires_at timestamptz, p_cancelled boolean)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+BEGIN
+    IF p_lease_expires_at <= now()
+       OR NOT EXISTS (SELECT 1 FROM queue.queue_config c
+                       WHERE c.queue_name = p_queue AND c.breaker_state = 'probing'
+                         AND c.probe_item_id = p_item_id) THEN
+        RETURN;
+    END IF;
+    IF p_cancelled THEN
+        PERFORM queue._breaker_probe_back(p_queue, p_item_id);
+    ELSE
+        PERFORM queue._breaker_probe_done(p_queue, p_item_id, false);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION queue._end_lease_probe(text, bigint, timestamptz, boolean)
+    IS 'Settles the half-open probe whose lease offline recovery or a restart ended early';
+
 CREATE OR REPLACE FUNCTION queue._end_lease(p_queue text, p_item_id bigint, p_kind text,
                                  p_error text, p_error_code text)
 RETURNS text LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -151,7 +178,8 @@ DECLARE
     v_entry jsonb;
     v_now timestamptz;
 BEGIN
-    SELECT i.attempt, i.max_attempts, i.worker, i.cancel_requested_at, i.lost_counted INTO r
+    SELECT i.attempt, i.max_attempts, i.worker, i.cancel_requested_at, i.lost_counted,
+           i.lease_expires_at INTO r
       FROM queue.item_live i
      WHERE i.queue_name = p_queue AND i.item_id = p_item_id AND i.lease_token IS NOT NULL;
     IF NOT FOUND THEN
@@ -162,6 +190,8 @@ BEGIN
         PERFORM queue._bury(p_queue, p_item_id, 'lease_expired',
                             CASE WHEN NOT r.lost_counted THEN p_error END,
                             CASE WHEN NOT r.lost_counted THEN p_error_code END);
+        PERFORM queue._end_lease_probe(p_queue, p_item_id, r.lease_expires_at,
+                                       r.cancel_requested_at IS NOT NULL);
         RETURN 'dead';
     END IF;
     IF r.lost_counted THEN
@@ -189,6 +219,7 @@ BEGIN
      WHERE i.queue_name = p_queue AND i.item_id = p_item_id;
     PERFORM queue._event(p_queue, p_item_id, 'recovered', r.worker, r.attempt,
                          jsonb_build_object('reason', p_error_code, 'worker', r.worker));
+    PERFORM queue._end_lease_probe(p_queue, p_item_id, r.lease_expires_at, false);
     RETURN 'recovered';
 END
 $$;
@@ -437,6 +468,7 @@ REVOKE ALL ON FUNCTION queue._session_key() FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._session_alive(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._record_failure(text, bigint, int, text, text, text, text, timestamptz, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._end_lease(text, bigint, text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION queue._end_lease_probe(text, bigint, timestamptz, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._recover_offline(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue.register_worker(text, text[], int, jsonb, text[], boolean) FROM PUBLIC;
 -- the bot's loop
