@@ -279,6 +279,11 @@ UPDATE queue.item_live SET run_at = now() - interval '6 min' WHERE queue_name = 
 SELECT queue.register_worker('tape-bot', labels => ARRAY['tape']);
 SELECT queue.add_maintenance('tape-bot', now() - interval '1 min', now() + interval '1 day') > 0 AS added;
 SELECT status, reasons FROM queue.health('fm');
+-- and items says why the item waits, as health does
+SELECT payload->>'n' AS n, waiting FROM queue.items WHERE queue_name = 'fm';
+UPDATE queue.maintenance_window SET starts_at = now() + interval '1 h', ends_at = now() + interval '2 h'
+ WHERE worker = 'tape-bot';
+SELECT payload->>'n' AS n, waiting AS waiting_before_the_window FROM queue.items WHERE queue_name = 'fm';
 SELECT queue.drop_queue('fm', force => true);
 DELETE FROM queue.maintenance_window WHERE worker = 'tape-bot';
 DELETE FROM queue.worker_registry WHERE worker = 'tape-bot';
