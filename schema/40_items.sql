@@ -318,10 +318,15 @@ BEGIN
             RETURN 'throttled';
         END IF;
     END LOOP;
+    -- an active worker has the labels: not draining, not inside a
+    -- maintenance window, seen lately (as the unroutable rule, 45_flow.sql)
     IF p_requires IS NOT NULL
        AND NOT EXISTS (SELECT 1 FROM queue.worker_registry w
                         WHERE p_requires <@ w.labels AND NOT w.draining
-                          AND w.last_seen > now() - make_interval(secs => queue._worker_offline_after())) THEN
+                          AND w.last_seen > now() - make_interval(secs => queue._worker_offline_after())
+                          AND NOT EXISTS (SELECT 1 FROM queue.maintenance_window m
+                                           WHERE m.worker = w.worker
+                                             AND m.starts_at <= now() AND m.ends_at > now())) THEN
         RETURN 'no_capable_worker';
     END IF;
     RETURN NULL;
