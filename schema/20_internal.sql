@@ -382,7 +382,10 @@ COMMENT ON FUNCTION queue._lease_lost(text, bigint) IS 'Counts an expired lease 
 -- opens again for another cooldown from now; a cancel-requested probe is
 -- no outcome, as when it is released: the next dequeue probes again.  A
 -- lease that had run out is a lost probe already, whose next probe comes
--- one cooldown after that lease's end.
+-- one cooldown after that lease's end.  The settings row is taken without
+-- waiting, as to trip the breaker (the caller holds the item, and
+-- alter_queue or drop_queue may hold the row while they wait for items):
+-- when it is held, the probe counts as lost at the end its lease had.
 CREATE FUNCTION queue._end_lease_probe(p_queue text, p_item_id bigint,
                                        p_lease_expires_at timestamptz, p_cancelled boolean)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -394,6 +397,11 @@ BEGIN
                          AND c.probe_item_id = p_item_id) THEN
         RETURN;
     END IF;
+    BEGIN
+        PERFORM 1 FROM queue.queue_config c WHERE c.queue_name = p_queue FOR UPDATE NOWAIT;
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN;
+    END;
     IF p_cancelled THEN
         PERFORM queue._breaker_probe_back(p_queue, p_item_id);
     ELSE
