@@ -245,7 +245,8 @@ CREATE TABLE queue.worker_registry (
     offline_handled_at timestamptz,
     labels        text[],                   -- capabilities, for routing
     registered_by regrole,                  -- the role that registered it (dumped by name)
-    session       bigint                    -- the connection of its last heartbeat
+    session       bigint,                   -- the connection of its last heartbeat
+    restarted_at  timestamptz               -- start of its last register_worker(restart)
 );
 
 CREATE TABLE queue.maintenance_window (

@@ -130,16 +130,22 @@ BEGIN
         END LOOP;
     END IF;
 
+    -- restarted_at: a claim under the name from a statement that started
+    -- before this one is the replaced process's, also one that commits
+    -- after this restart (its connection was still claiming when the
+    -- process died); heartbeat ends such a lease (see there)
     INSERT INTO queue.worker_registry AS w (worker, queues, capacity, info, labels, last_seen,
-                                            registered_by, session)
+                                            registered_by, session, restarted_at)
     VALUES (v_worker, register_worker.queues, register_worker.capacity,
             coalesce(register_worker.info, '{}'), register_worker.labels, now(),
-            v_caller, queue._session_key())
+            v_caller, queue._session_key(),
+            CASE WHEN register_worker.restart THEN statement_timestamp() END)
     ON CONFLICT (worker) DO UPDATE
        SET queues = EXCLUDED.queues, capacity = EXCLUDED.capacity, info = EXCLUDED.info,
            labels = EXCLUDED.labels, last_seen = greatest(w.last_seen, EXCLUDED.last_seen),
            offline_handled_at = NULL, session = EXCLUDED.session,
-           registered_by = coalesce(w.registered_by, EXCLUDED.registered_by);
+           registered_by = coalesce(w.registered_by, EXCLUDED.registered_by),
+           restarted_at = coalesce(EXCLUDED.restarted_at, w.restarted_at);
 END
 $$;
 COMMENT ON FUNCTION queue.register_worker(text, text[], int, jsonb, text[], boolean)
@@ -165,12 +171,36 @@ DECLARE
     v_total int := 0;
     v_now timestamptz;
     v_start timestamptz := greatest(statement_timestamp(), transaction_timestamp());
+    v_restarted timestamptz;
+    v_ended boolean := false;
 BEGIN
-    SELECT w.session INTO v_prev FROM queue.worker_registry w WHERE w.worker = v_worker;
+    SELECT w.session, w.restarted_at INTO v_prev, v_restarted
+      FROM queue.worker_registry w WHERE w.worker = v_worker;
     -- NB: items before the worker row, the order offline recovery takes them in
     FOR q IN SELECT c.queue_name, c.lease_timeout, c.breaker_state, c.probe_item_id
                FROM queue.queue_config c ORDER BY 1 LOOP
         CONTINUE WHEN NOT queue._may_access(q.queue_name, 'worker');
+        -- a claim the process replaced by the last restart was still making
+        -- when the restart ran, committed after it (a bot killed in the
+        -- middle of a dequeue): its lease ends now, as the restart's did
+        IF v_restarted IS NOT NULL THEN
+            FOR r IN
+                SELECT i.item_id FROM queue.item_live i
+                 WHERE i.queue_name = q.queue_name AND i.worker = v_worker
+                   AND i.lease_token IS NOT NULL AND i.claimed_at < v_restarted
+                 ORDER BY i.item_id
+                   FOR UPDATE
+            LOOP
+                PERFORM queue._end_lease(q.queue_name, r.item_id, 'lease_expired',
+                                         'worker restarted', 'worker_restarted');
+                v_ended := true;
+            END LOOP;
+            -- failures like any other: the breaker judges them at once
+            IF v_ended THEN
+                PERFORM queue._breaker_check(q.queue_name);
+                v_ended := false;
+            END IF;
+        END IF;
         -- the leases of the worker's previous connection, if it has gone
         -- away: a claim whose reply may have been lost with it
         IF v_prev <> v_session AND NOT queue._session_alive(v_prev) THEN
