@@ -1183,6 +1183,24 @@ if want idle; then
 	like "idle: the log says why it stopped" "$(cat "$LOG/idle1.log")" 'no work for 2 s \(--idle-exit\)'
 fi
 
+# -- case: a command that writes without a pause does not hold the worker -
+# Output that comes faster than the worker handles it (here every line
+# logged by --verbose) must not keep the worker reading one pipe: --timeout,
+# lease extensions and signals still come in their time.
+if want flood; then
+	sql "SELECT queue.create_queue('t_flood', lease_timeout => '2 s', max_attempts => 1)" >/dev/null
+	sql "SELECT queue.enqueue('t_flood', '{\"n\": 1}')" >/dev/null
+	t0=$SECONDS
+	timeout -k 3 15 "$WORKER" --dsn "$DSN" --queue t_flood --name flood1 --poll 200ms --max-items 1 \
+		--verbose --timeout 3s --exec 'yes' >/dev/null 2>/dev/null
+	is "flood: a worker whose command writes without a pause exits 0" "$?" 0
+	[ $((SECONDS - t0)) -le 10 ] && ok "flood: it stopped the command at --timeout (3 s), not later" ||
+		notok "flood: it stopped the command at --timeout (3 s), not later" "took $((SECONDS - t0)) s"
+	is "flood: the item failed with WORKER_TIMEOUT on its first attempt, its lease kept alive meanwhile" \
+		"$(sql "SELECT reason || ' ' || attempts || ' ' || error_code FROM queue.dead_letters WHERE queue_name = 't_flood'")" \
+		"max_attempts 1 WORKER_TIMEOUT"
+fi
+
 if [ -n "$SANITIZED" ]; then
 	reports=$(grep -l -E 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$LOG"/* 2>/dev/null)
 	is "sanitizers: no report in any log" "$reports" ""
