@@ -240,15 +240,24 @@ item_stdout_line(Item *it, const char *line, size_t len)
 		log_msg("item %s stdout: %.*s", it->id, (int) len, line);
 }
 
-/* Read what a child wrote; returns false at EOF. */
+/*
+ * Read what a child wrote; returns false at EOF.  At most READ_CHUNKS
+ * chunks per call: a command that writes faster than the worker handles
+ * its output (--verbose logs every line) would otherwise keep the worker
+ * here for good, deaf to --timeout, lease extensions and signals.  What is
+ * left wakes the next poll() at once.
+ */
 bool
 item_read(Item *it, int *fdp, bool is_stdout)
 {
 	char		chunk[8192];
 	ssize_t		n;
+	int			chunks = 0;
 
 	for (;;)
 	{
+		if (chunks++ >= READ_CHUNKS)
+			return true;
 		n = read(*fdp, chunk, sizeof(chunk));
 		if (n > 0)
 		{

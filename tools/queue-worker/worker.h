@@ -44,6 +44,7 @@
 #define STDERR_CAP			8192	/* tail of stderr kept for errors */
 #define ERROR_LINES			20		/* stderr lines sent as the error */
 #define LINE_CAP			(256 * 1024)	/* longest checkpoint line */
+#define READ_CHUNKS			16		/* 8 kB reads of one pipe per loop turn */
 #define KILL_WAIT			3.0		/* SIGTERM -> SIGKILL delay, seconds */
 #define PIPE_WAIT			1.0		/* wait for pipes after exit, seconds */
 #define RECONNECT_MIN		0.5
