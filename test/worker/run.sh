@@ -1183,6 +1183,26 @@ if want idle; then
 	like "idle: the log says why it stopped" "$(cat "$LOG/idle1.log")" 'no work for 2 s \(--idle-exit\)'
 fi
 
+# -- case: output that is not valid UTF-8 as PostgreSQL judges it ---------
+# Surrogates (CESU-8, Java's modified UTF-8), overlong forms and code
+# points past U+10FFFF look like UTF-8 sequences but the server refuses
+# them: they are replaced like any other invalid byte, so the command's
+# exit status still decides the item.
+if want utf8; then
+	sql "SELECT queue.create_queue('t_utf8', max_attempts => 3)" >/dev/null
+	sql "SELECT queue.enqueue('t_utf8', '{\"ok\": 1}'); SELECT queue.enqueue('t_utf8', '{\"bad\": 1}')" >/dev/null
+	worker t_utf8 utf8w --max-items 2 --exec '
+		if grep -q ok; then printf "ok \355\240\200 \340\200\257 \364\220\200\200 \303\251\n"
+		else printf "BAD_BYTES: \355\240\200 \303\251\n" >&2; exit 3; fi'
+	is "utf8: worker exits 0" "$?" 0
+	is "utf8: exit 0 completes the item on its first attempt, the bytes the server refuses replaced" \
+		"$(sql "SELECT attempts || ' ' || (result->>'stdout') FROM queue.history WHERE queue_name = 't_utf8'")" \
+		"1 ok ??? ??? ???? é"
+	is "utf8: another exit status is a permanent failure with its stderr and error code" \
+		"$(sql "SELECT reason || ' ' || attempts || ' ' || error_code || ' ' || last_error FROM queue.dead_letters WHERE queue_name = 't_utf8'")" \
+		"permanent 1 BAD_BYTES BAD_BYTES: ??? é"
+fi
+
 # -- case: a command that writes without a pause does not hold the worker -
 # Output that comes faster than the worker handles it (here every line
 # logged by --verbose) must not keep the worker reading one pipe: --timeout,
