@@ -170,8 +170,31 @@ buf_free(Buf *b)
 }
 
 /*
+ * Is the n-byte sequence at s, whose lead byte promised n bytes, valid
+ * UTF-8 as PostgreSQL judges it (pg_utf8_islegal): no overlong forms, no
+ * surrogates (CESU-8, Java's modified UTF-8), nothing past U+10FFFF?
+ */
+static bool
+utf8_legal(const unsigned char *s, int n)
+{
+	for (int k = 1; k < n; k++)
+		if ((s[k] & 0xC0) != 0x80)
+			return false;
+	if (n == 3 && s[0] == 0xE0 && s[1] < 0xA0)
+		return false;			/* overlong */
+	if (n == 3 && s[0] == 0xED && s[1] > 0x9F)
+		return false;			/* a surrogate, U+D800..U+DFFF */
+	if (n == 4 && s[0] == 0xF0 && s[1] < 0x90)
+		return false;			/* overlong */
+	if (n == 4 && s[0] == 0xF4 && s[1] > 0x8F)
+		return false;			/* past U+10FFFF */
+	return true;
+}
+
+/*
  * Make text safe to send as a PostgreSQL text value: replace NUL bytes
- * and invalid UTF-8 sequences with '?'.  Works in place.
+ * and every byte of a sequence the server would refuse as UTF-8 with '?'.
+ * Works in place.
  */
 void
 sanitize_utf8(char *s, size_t len)
@@ -201,18 +224,7 @@ sanitize_utf8(char *s, size_t len)
 			n = 4;
 		else
 			n = 0;
-		if (n == 0 || i + n > len)
-		{
-			s[i++] = '?';
-			continue;
-		}
-		for (int k = 1; k < n; k++)
-			if (((unsigned char) s[i + k] & 0xC0) != 0x80)
-			{
-				n = 0;
-				break;
-			}
-		if (n == 0)
+		if (n == 0 || i + n > len || !utf8_legal((unsigned char *) s + i, n))
 		{
 			s[i++] = '?';
 			continue;
