@@ -1203,6 +1203,21 @@ if want utf8; then
 		"permanent 1 BAD_BYTES BAD_BYTES: ??? é"
 fi
 
+# -- case: the worker talks UTF-8 whatever client encoding the environment asks
+# JSON is UTF-8 (RFC 8259), and the worker reads the command's output as
+# UTF-8: a PGCLIENTENCODING left over on a legacy host must not hand the
+# command a LATIN1 payload or turn its output into mojibake.
+if want encoding; then
+	sql "SELECT queue.create_queue('t_encoding')" >/dev/null
+	sql "SELECT queue.enqueue('t_encoding', '{\"name\": \"Zoë €\"}')" >/dev/null
+	PGCLIENTENCODING=LATIN9 timeout 60 "$WORKER" --dsn "$DSN" --queue t_encoding --name enc1 --poll 200ms \
+		--max-items 1 --exec 'cat' >"$LOG/enc1.out" 2>"$LOG/enc1.log"
+	is "encoding: worker exits 0" "$?" 0
+	is "encoding: under PGCLIENTENCODING=LATIN9 the command still gets the payload in UTF-8 and its output is read as UTF-8" \
+		"$(sql "SELECT (result = payload)::text || ' ' || (result->>'name') FROM queue.history WHERE queue_name = 't_encoding'")" \
+		"true Zoë €"
+fi
+
 # -- case: a command that writes without a pause does not hold the worker -
 # Output that comes faster than the worker handles it (here every line
 # logged by --verbose) must not keep the worker reading one pipe: --timeout,
