@@ -132,11 +132,17 @@ notice_to_log(void *arg, const char *message)
 	log_msg("server: %s", msg);
 }
 
+/*
+ * Connect.  NB: client_encoding comes after dbname, so neither --dsn nor
+ * PGCLIENTENCODING overrides it: payloads go to commands as JSON, which is
+ * UTF-8, and their output is read as UTF-8 (sanitize_utf8).
+ */
 static PGconn *
 open_connection(char *errbuf, size_t errlen)
 {
-	const char *keys[] = {"connect_timeout", "dbname", "fallback_application_name", NULL};
-	const char *vals[] = {"10", opt.dsn, "queue-worker", NULL};
+	const char *keys[] = {"connect_timeout", "dbname", "client_encoding",
+	"fallback_application_name", NULL};
+	const char *vals[] = {"10", opt.dsn, "UTF8", "queue-worker", NULL};
 	PGconn	   *c = PQconnectdbParams(keys, vals, 1);
 
 	if (c == NULL || PQstatus(c) != CONNECTION_OK)
