@@ -990,6 +990,27 @@ if want top; then
 	     DELETE FROM queue.worker_registry WHERE worker LIKE 'a_gone_%' OR worker = 'zz_live'" >/dev/null
 fi
 
+# -- case: queue-top tells long worker names apart ------------------------
+# The default worker name is host-pid; a Kubernetes pod's host name is its
+# deployment's name plus a suffix, so the replicas of one deployment differ
+# only at the end of long names.
+if want topnames; then
+	sql "SELECT queue.create_queue('t_topnames');
+	     SELECT queue.register_worker('invoice-worker-5f7d8c9b6d-' || s || '-1', '{t_topnames}')
+	       FROM unnest(ARRAY['abcde', 'fghij']) s;
+	     SELECT queue.register_worker('zz-' || repeat('ü', 60) || '-replica-' || i, '{t_topnames}')
+	       FROM generate_series(1, 2) i" >/dev/null
+	out=$("$TOP" --dsn "$DSN" --once --queue t_topnames 2>&1)
+	is "topnames: two workers whose long names differ at their end show as two names" \
+		"$(printf '%s\n' "$out" | grep -E '^invoice-worker' | awk '{print $1}' | sort -u | wc -l)" 2
+	like "topnames: a name that fits is shown whole" "$out" 'invoice-worker-5f7d8c9b6d-fghij-1 +idle'
+	is "topnames: a name too long for its column keeps its start and its end, never a UTF-8 character cut in half" \
+		"$(printf '%s\n' "$out" | grep -E '^zz-' | grep -v -F '\x' | grep -E -c '^zz-..*~.*-replica-[12] +idle')/$(printf '%s' "$out" | iconv -f UTF-8 -t UTF-8 >/dev/null 2>&1 && echo utf8)" \
+		"2/utf8"
+	sql "DELETE FROM queue.worker_registry WHERE worker LIKE 'invoice-worker-%' OR worker LIKE 'zz-%';
+	     SELECT queue.drop_queue('t_topnames')" >/dev/null
+fi
+
 # -- case: queue-top on a small terminal ---------------------------------
 if want toptty; then
 	sql "SELECT queue.create_queue('t_tty_' || i) FROM generate_series(1, 15) i" >/dev/null
