@@ -43,6 +43,8 @@
 #define MAX_ROWS_WORKERS	20	/* workers listed per frame */
 #define MAX_ROWS_ALERTS		10	/* open alerts listed per frame */
 #define MAX_ROWS_LIMITS		10	/* limit keys listed per frame */
+#define WORKER_COL_MIN		20	/* worker name column, in characters */
+#define WORKER_COL_MAX		40
 
 /* Output assembled for one frame. */
 typedef struct Frame
@@ -228,20 +230,50 @@ query(Frame *f, const char *what, const char *sql, int nparams)
 	return r;
 }
 
+/* The characters of a UTF-8 string (bytes that are no continuation byte). */
+static int
+utf8_chars(const char *s)
+{
+	int			n = 0;
+
+	for (; *s; s++)
+		if (((unsigned char) *s & 0xC0) != 0x80)
+			n++;
+	return n;
+}
+
+/* The byte offset of character number `nth` (from 0) of s, or its end. */
+static size_t
+utf8_offset(const char *s, int nth)
+{
+	size_t		i;
+	int			n = 0;
+
+	for (i = 0; s[i]; i++)
+		if (((unsigned char) s[i] & 0xC0) != 0x80 && n++ == nth)
+			return i;
+	return i;
+}
+
 /*
- * A queue name in `width` columns: a longer one keeps its start and its
- * end around a '~', so that names that differ at their end stay apart
- * (queue names are ASCII).
+ * A name in `width` columns: a longer one keeps its start and its end
+ * around a '~', so that names that differ at their end (queues of one
+ * family, the host-pid names of one deployment's pods) stay apart.  A
+ * UTF-8 character counts one column and is never cut in half.  buf holds
+ * any name of `width` characters with 4 * width + 1 bytes (queue names are
+ * ASCII: width + 1).
  */
 static const char *
 fit_name(char *buf, size_t size, const char *name, int width)
 {
-	int			len = (int) strlen(name);
+	int			len = utf8_chars(name);
 	int			tail = width / 3;
+	size_t		head_end;
 
 	if (len <= width)
 		return name;
-	snprintf(buf, size, "%.*s~%s", width - tail - 1, name, name + len - tail);
+	head_end = utf8_offset(name, width - tail - 1);
+	snprintf(buf, size, "%.*s~%s", (int) head_end, name, name + utf8_offset(name, len - tail));
 	return buf;
 }
 
@@ -383,6 +415,19 @@ draw_workers(Frame *f)
 		nf = 32;
 	for (int c = 0; c < nf; c++)
 	{
+		if (c == 0)
+		{
+			/* the names, whole where they fit (the first column is the worker) */
+			widths[0] = WORKER_COL_MIN;
+			for (int i = 0; i < PQntuples(r) && i < MAX_ROWS_WORKERS; i++)
+			{
+				int			w = utf8_chars(PQgetvalue(r, i, 0));
+
+				if (w > widths[0])
+					widths[0] = w > WORKER_COL_MAX ? WORKER_COL_MAX : w;
+			}
+			continue;
+		}
 		widths[c] = strlen(PQfname(r, c));
 		if (!strcmp(PQfname(r, c), "status"))
 			statuscol = c;
@@ -404,22 +449,27 @@ draw_workers(Frame *f)
 		}
 	}
 	{
-		size_t		pos = 0;
+		size_t		pos;
 
-		for (int c = 0; c < nf && pos < sizeof(line) - 40; c++)
+		pos = snprintf(line, sizeof(line), "%-*s", widths[0], "WORKER");
+		for (int c = 1; c < nf && pos < sizeof(line) - 40; c++)
 			if (widths[c] >= 0)
-				pos += snprintf(line + pos, sizeof(line) - pos, "%s%-*.*s",
-								c ? " " : "", c ? widths[c] : 20, c ? widths[c] : 20,
-								c ? PQfname(r, c) : "WORKER");
+				pos += snprintf(line + pos, sizeof(line) - pos, " %-*.*s",
+								widths[c], widths[c], PQfname(r, c));
 		frame_line(f, C_BOLD C_CYAN, "%s", line);
 	}
 	if (PQntuples(r) == 0)
 		frame_line(f, C_DIM, "  (no workers seen yet)");
 	for (int i = 0; i < PQntuples(r) && i < MAX_ROWS_WORKERS; i++)
 	{
-		size_t		pos = 0;
+		char		name[4 * WORKER_COL_MAX + 1];
+		const char *shown = fit_name(name, sizeof(name), PQgetvalue(r, i, 0), widths[0]);
+		size_t		pos;
 
-		for (int c = 0; c < nf && pos < sizeof(line) - 40; c++)
+		/* padded by characters: printf's widths count bytes */
+		pos = snprintf(line, sizeof(line), "%s%*s", shown,
+					   widths[0] - utf8_chars(shown), "");
+		for (int c = 1; c < nf && pos < sizeof(line) - 40; c++)
 		{
 			const char *v = PQgetisnull(r, i, c) ? "-" : PQgetvalue(r, i, c);
 			char		t[16];
@@ -442,8 +492,8 @@ draw_workers(Frame *f)
 				snprintf(t, sizeof(t), "%.8s", v + 11);
 				v = t;
 			}
-			pos += snprintf(line + pos, sizeof(line) - pos, "%s%-*.*s",
-							c ? " " : "", c ? widths[c] : 20, c ? widths[c] : 20, v);
+			pos += snprintf(line + pos, sizeof(line) - pos, " %-*.*s",
+							widths[c], widths[c], v);
 		}
 		frame_line(f, statuscol >= 0 ? status_color(PQgetvalue(r, i, statuscol)) : NULL,
 				   "%s", line);
