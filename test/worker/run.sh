@@ -1202,6 +1202,21 @@ if want idle; then
 	is "idle: the item that came due before the idle deadline was done" \
 		"$(sql "SELECT count(*) FROM queue.history WHERE queue_name = 't_idle'")" 1
 	like "idle: the log says why it stopped" "$(cat "$LOG/idle1.log")" 'no work for 2 s \(--idle-exit\)'
+
+	# the database is down at the idle deadline: the worker cannot ask, so
+	# it waits for the database and asks then, rather than leaving behind
+	# an item that came due meanwhile
+	sql "SELECT queue.enqueue('t_idle', '{\"n\": 2}', run_at => now() + interval '2 s')" >/dev/null
+	bg_worker t_idle idle2 --poll 30s --idle-exit 3s --exec true
+	w=$BG
+	sleep 1
+	"$BINDIR/pg_ctl" -D "$PGDATA" -m fast stop >/dev/null
+	sleep 4
+	start_pg
+	wait "$w"
+	is "idle: a worker whose database was down at the idle deadline exits 0" "$?" 0
+	is "idle: it asked the queue once the database was back and did the item that came due" \
+		"$(sql "SELECT count(*) FROM queue.history WHERE queue_name = 't_idle' AND payload = '{\"n\": 2}'")" 1
 fi
 
 # -- case: output that is not valid UTF-8 as PostgreSQL judges it ---------
