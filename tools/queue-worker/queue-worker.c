@@ -347,7 +347,9 @@ claim_step(Loop *lp)
 		lp->next_claim = 0;
 		return true;
 	}
-	lp->last_ask = now_mono();
+	/* an answer, empty or an error; a lost connection is none */
+	if (got == 0 || conn != NULL)
+		lp->last_ask = now_mono();
 	if (got < 0 && (!strcmp(sqlstate, "42704") || !strcmp(sqlstate, "42501") ||
 					!strcmp(sqlstate, "22023") || !strcmp(sqlstate, "22004")))
 	{
@@ -385,8 +387,11 @@ time_to_exit(Loop *lp)
 			 * Ask once more at the deadline before giving up: an item whose
 			 * run_at or backoff came due since the last poll sends no
 			 * notification, and --poll may be longer than --idle-exit.
+			 * Without a connection the worker cannot ask: it waits for the
+			 * database (reconnecting as usual) and asks then.
 			 */
-			if (claim_allowed(lp) && lp->last_ask < lp->last_work + opt.idle_exit)
+			if (!lp->fatal_error && lp->last_ask < lp->last_work + opt.idle_exit &&
+				(conn == NULL || claim_allowed(lp)))
 			{
 				lp->next_claim = 0;
 				return false;
@@ -438,7 +443,8 @@ next_wakeup(const Loop *lp)
 		wake = fmin(wake, lp->next_heartbeat);
 	else
 		wake = fmin(wake, reconnect_at());
-	if (opt.idle_exit > 0 && count_held() == 0)
+	/* past the deadline without a connection, the reconnect is what counts */
+	if (opt.idle_exit > 0 && count_held() == 0 && (conn || t < lp->last_work + opt.idle_exit))
 		wake = fmin(wake, lp->last_work + opt.idle_exit);
 	if (shutting_down)
 		wake = fmin(wake, fmax(grace_until, t + 0.05));
