@@ -1011,6 +1011,22 @@ if want topnames; then
 	     SELECT queue.drop_queue('t_topnames')" >/dev/null
 fi
 
+# -- case: queue-top with its output in a file or a pipe -------------------
+# No terminal to draw on: each refresh is a plain frame, as --once prints
+# it, with no cursor or screen codes in a log file or a pipe.
+if want topplain; then
+	"$TOP" --dsn "$DSN" --interval 0.3 >"$LOG/topplain.out" 2>&1 </dev/null &
+	top_pid=$!
+	PIDS+=("$top_pid")
+	sleep 1.5
+	kill -TERM "$top_pid"
+	wait "$top_pid"
+	is "topplain: queue-top writing into a file ends 0 on SIGTERM" "$?" 0
+	is "topplain: it wrote several frames, without a single escape code" \
+		"$([ "$(grep -c '^queue-top ' "$LOG/topplain.out")" -ge 2 ] && echo frames)/$(grep -c $'\033' "$LOG/topplain.out")" \
+		"frames/0"
+fi
+
 # -- case: queue-top on a small terminal ---------------------------------
 if want toptty; then
 	sql "SELECT queue.create_queue('t_tty_' || i) FROM generate_series(1, 15) i" >/dev/null
