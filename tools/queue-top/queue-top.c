@@ -10,7 +10,8 @@
  * with plain ANSI escape codes (no curses) and reads single keys from a
  * terminal in non-canonical mode: q quits, r or space refreshes now.
  * --once prints one plain frame without escape codes and exits, which is
- * what scripts and tests use.
+ * what scripts and tests use; with no terminal on stdout (a file, a pipe)
+ * every refresh is such a plain frame.
  *
  * The workers view's columns are shown as the server defines them, so a
  * column added later appears without a change here.  Every statement is
@@ -53,7 +54,7 @@ typedef struct Frame
 	size_t		len;			/* bytes used */
 	size_t		cap;			/* bytes allocated */
 	int			width;			/* terminal columns, lines are cut there */
-	int			rows;			/* terminal rows, 0: no limit (--once) */
+	int			rows;			/* terminal rows, 0: no limit (plain frames) */
 	int			lines;			/* lines in the frame so far */
 	int			dropped;		/* lines left out for want of rows */
 	bool		color;			/* ANSI colours on */
@@ -64,6 +65,7 @@ static const char *dsn = "";
 static const char *queue_filter = NULL;
 static double interval = 2.0;
 static bool once = false;
+static bool plain = false;		/* no escape codes: --once, or no terminal */
 static bool use_color = true;
 static PGconn *conn;
 static struct termios saved_tty;
@@ -601,7 +603,7 @@ tty_restore(void)
 		tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_tty);
 		tty_raw = false;
 	}
-	if (!once)
+	if (!plain)
 		fputs("\033[?25h", stdout);	/* show the cursor again */
 	fflush(stdout);
 }
@@ -683,11 +685,11 @@ draw_frame(void)
 	char		stamp[32];
 	bool		ok;
 
-	f.color = use_color && !once;
-	if (!once)
+	f.color = use_color && !plain;
+	if (!plain)
 		term_size(&f.width, &f.rows);
 	strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", localtime(&now));
-	if (!once)
+	if (!plain)
 		frame_raw(&f, "\033[H", 3);
 	query_failed = false;
 	ok = ensure_connection(&f);
@@ -714,8 +716,10 @@ draw_frame(void)
 		frame_line(&f, C_DIM, "(%d more line%s: a taller terminal or --queue NAME shows them)",
 				   n, n == 1 ? "" : "s");
 	}
-	if (!once)
+	if (!plain)
 		frame_raw(&f, "\033[J", 3);	/* clear below the frame */
+	else if (!once)
+		frame_raw(&f, "\n", 1);	/* a blank line between plain frames */
 	fwrite(f.data, 1, f.len, stdout);
 	if (fflush(stdout) != 0 || ferror(stdout))
 		output_gone = true;		/* a closed pipe (| head) or a gone terminal */
@@ -812,6 +816,7 @@ main(int argc, char **argv)
 	}
 	if (!isatty(STDOUT_FILENO) || getenv("NO_COLOR"))
 		use_color = false;
+	plain = once || !isatty(STDOUT_FILENO);
 
 	if (once)
 	{
@@ -842,7 +847,8 @@ main(int argc, char **argv)
 	}
 	tty_setup();
 	atexit(tty_restore);
-	fputs("\033[2J\033[?25l", stdout);	/* clear, hide the cursor */
+	if (!plain)
+		fputs("\033[2J\033[?25l", stdout);	/* clear, hide the cursor */
 
 	while (!got_signal && !output_gone)
 	{
@@ -869,7 +875,8 @@ main(int argc, char **argv)
 			{
 				/* the old frame is the wrong shape now: clear, then redraw */
 				got_winch = 0;
-				fputs("\033[2J", stdout);
+				if (!plain)
+					fputs("\033[2J", stdout);
 				break;
 			}
 			rc = poll(&p, tty_raw ? 1 : 0, (int) (left * 1000) + 1);
@@ -889,7 +896,8 @@ main(int argc, char **argv)
 				}
 				if (key == 'r' || key == ' ' || key == 12)
 				{
-					fputs("\033[2J", stdout);
+					if (!plain)
+						fputs("\033[2J", stdout);
 					break;
 				}
 			}
@@ -897,7 +905,8 @@ main(int argc, char **argv)
 		if (quit)
 			break;
 	}
-	fputs("\033[2J\033[H", stdout);
+	if (!plain)
+		fputs("\033[2J\033[H", stdout);
 	if (conn)
 		PQfinish(conn);
 	return 0;
