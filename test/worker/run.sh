@@ -1205,6 +1205,26 @@ if want refused; then
 		        FROM queue.history WHERE queue_name = 't_refused' AND payload ? 'big'")" t
 fi
 
+# -- case: a report that waits past lock_timeout or statement_timeout -----
+# A timeout is no refusal: the work is done, so the worker sends the same
+# report again instead of failing the item for a retry of work already done.
+if want locktimeout; then
+	sql "SELECT queue.create_queue('t_locktimeout')" >/dev/null
+	sql "SELECT queue.enqueue('t_locktimeout', '{\"n\": 1}')" >/dev/null
+	timeout 60 "$WORKER" --dsn "$DSN options='-c lock_timeout=300ms'" --queue t_locktimeout \
+		--name locktimeout1 --poll 200ms --max-items 1 \
+		--exec 'cat >/dev/null; sleep 1; echo "{\"done\": 1}"' >"$LOG/locktimeout1.out" 2>"$LOG/locktimeout1.log" &
+	w=$!
+	PIDS+=("$w")
+	wait_for 10 "SELECT count(*) = 1 FROM queue.items WHERE queue_name = 't_locktimeout' AND state = 'processing'"
+	"$BINDIR/psql" -X -q -d "$DSN" -c "BEGIN; SELECT 1 FROM queue.item_live WHERE queue_name = 't_locktimeout' FOR UPDATE;
+		SELECT pg_sleep(2.5); COMMIT" >/dev/null
+	wait "$w"
+	is "locktimeout: worker exits 0" "$?" 0
+	is "locktimeout: a complete that ran into lock_timeout was sent again and completed the item on its first attempt" \
+		"$(sql "SELECT attempts || ' ' || result::text FROM queue.history WHERE queue_name = 't_locktimeout'")" '1 {"done": 1}'
+fi
+
 # -- case: --idle-exit asks the queue once more before it exits ----------
 # An item that became claimable since the last poll (a run_at or a backoff
 # coming due sends no notification) is still taken: with --idle-exit
