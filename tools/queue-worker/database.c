@@ -43,10 +43,24 @@ static void extension_refused(Item *it, const char *what);
 #define RESULT_CUT_CHARS "1024"
 
 /*
+ * Errors that say "not now" rather than "no": a serialization failure or
+ * deadlock (class 40), a lack of resources (53), and a statement that
+ * waited past lock_timeout (55P03) or statement_timeout, or was cancelled
+ * (57014).  The same statement may succeed when sent again.
+ */
+static bool
+sqlstate_transient(const char *state)
+{
+	return !strncmp(state, "40", 2) || !strncmp(state, "53", 2) ||
+		!strcmp(state, "55P03") || !strcmp(state, "57014");
+}
+
+/*
  * Run one parameterized statement.  On success returns Q_OK and the
- * result in *res (caller clears it).  Connection failures and transient
- * server states return Q_RETRY and drop the connection; other errors are
- * logged and return Q_FAIL, with the SQLSTATE copied to sqlstate.
+ * result in *res (caller clears it).  Connection failures return Q_RETRY
+ * and drop the connection; transient server states (sqlstate_transient)
+ * return Q_RETRY and keep it; other errors are logged and return Q_FAIL,
+ * with the SQLSTATE copied to sqlstate.
  */
 QStatus
 run_query(const char *what, const char *sql, int nparams,
@@ -79,7 +93,7 @@ run_query(const char *what, const char *sql, int nparams,
 		snprintf(sqlstate, 6, "%s", state);
 	if (PQstatus(conn) == CONNECTION_BAD || state == NULL ||
 		!strncmp(state, "08", 2) || !strncmp(state, "57P", 3) ||
-		!strncmp(state, "40", 2) || !strncmp(state, "53", 2))
+		sqlstate_transient(state))
 	{
 		char		msg[512];
 

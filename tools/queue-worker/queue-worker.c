@@ -234,8 +234,11 @@ service_database(Loop *lp)
 	if (conn && now_mono() >= lp->next_heartbeat)
 	{
 		const char *vals[1] = {worker_name};
+		QStatus		qs = run_query("heartbeat", "SELECT queue.heartbeat($1)", 1, vals, NULL, NULL);
 
-		if (run_query("heartbeat", "SELECT queue.heartbeat($1)", 1, vals, NULL, NULL) != Q_RETRY)
+		if (qs == Q_RETRY && conn)
+			lp->next_heartbeat = now_mono() + 1.0;	/* a timeout: try again soon */
+		else if (qs != Q_RETRY)
 		{
 			lp->next_heartbeat = now_mono() + opt.heartbeat;
 			/*
