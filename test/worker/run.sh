@@ -1027,6 +1027,21 @@ if want topplain; then
 		"frames/0"
 fi
 
+# -- case: queue-top --queue shows the bots that work the queue -----------
+# A bot that never calls register_worker (a psql script) is registered by
+# its first dequeue for every queue (queues NULL): between two items it
+# holds nothing, yet it is one of the queue's workers.
+if want topqueue; then
+	sql "SELECT queue.create_queue('t_topqueue'); SELECT queue.enqueue('t_topqueue', '{}');
+	     SELECT queue.complete('t_topqueue', item_id, lease_token) FROM queue.dequeue('t_topqueue', 'psql_bot_1');
+	     SELECT queue.register_worker('elsewhere_bot')" >/dev/null
+	out=$("$TOP" --dsn "$DSN" --once --queue t_topqueue 2>&1)
+	like "topqueue: --queue shows an unregistered bot that completed one of its items, idle between items" \
+		"$out" 'psql_bot_1 +idle'
+	is "topqueue: ... but no bot that never worked the queue" "$(printf '%s\n' "$out" | grep -c 'elsewhere_bot')" 0
+	sql "DELETE FROM queue.worker_registry WHERE worker IN ('psql_bot_1', 'elsewhere_bot')" >/dev/null
+fi
+
 # -- case: queue-top on a small terminal ---------------------------------
 if want toptty; then
 	sql "SELECT queue.create_queue('t_tty_' || i) FROM generate_series(1, 15) i" >/dev/null
