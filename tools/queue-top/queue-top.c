@@ -401,13 +401,23 @@ draw_workers(Frame *f)
 	/*
 	 * Working workers first, offline ones last: the names of processes
 	 * that are gone (host-pid names, one per start) stay for days and
-	 * would otherwise push the live ones out of the rows shown.
+	 * would otherwise push the live ones out of the rows shown.  With
+	 * --queue: the workers registered for it, those holding its items,
+	 * and those registered for every queue (queues NULL, as a first
+	 * dequeue registers a bot) that worked it in the last day.
 	 */
 	r = query(f, "workers",
 			  "SELECT * FROM queue.workers w"
 			  " WHERE $1::text IS NULL OR $1::text = ANY (w.queues)"
 			  "    OR EXISTS (SELECT 1 FROM queue.items i"
 			  "                WHERE i.queue_name = $1::text AND i.worker = w.worker)"
+			  "    OR (w.queues IS NULL"
+			  "        AND (EXISTS (SELECT 1 FROM queue.history h"
+			  "                      WHERE h.queue_name = $1::text AND h.worker = w.worker"
+			  "                        AND h.completed_at > pg_catalog.now() - interval '1 day')"
+			  "             OR EXISTS (SELECT 1 FROM queue.events e"
+			  "                         WHERE e.queue_name = $1::text AND e.worker = w.worker"
+			  "                           AND e.at > pg_catalog.now() - interval '1 day')))"
 			  " ORDER BY CASE pg_catalog.to_jsonb(w) ->> 'status' WHEN 'active' THEN 0"
 			  "          WHEN 'idle' THEN 2 WHEN 'offline' THEN 3 ELSE 1 END, 1 LIMIT 200", 1);
 	if (r == NULL)
