@@ -1121,6 +1121,56 @@ PY
 	sql "SELECT queue.drop_queue('t_rsz_' || i) FROM generate_series(1, 15) i" >/dev/null
 fi
 
+# -- case: queue-top suspended with Ctrl-Z ---------------------------------
+# Ctrl-Z stops queue-top under a job-control shell: the shell's prompt must
+# get the terminal as it was (echo on, cursor shown), and fg must bring the
+# view back with its keys working.
+if want topstop; then
+	python3 - "$TOP" "$DSN" >"$LOG/topstop.out" 2>&1 <<'PY'
+import os, pty, select, sys, termios, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv('/bin/bash', ['bash', '--norc', '--noprofile', '-m', '-c',
+             "'%s' --dsn '%s' --interval 30; echo; echo SUSPENDED; fg; echo RESUMED-AND-QUIT"
+             % (sys.argv[1], sys.argv[2])])
+buf = b''
+def pump(secs, until=None):
+    global buf
+    end = time.time() + secs
+    while time.time() < end:
+        if until and until in buf:
+            return True
+        r, _, _ = select.select([fd], [], [], 0.05)
+        if r:
+            try:
+                buf += os.read(fd, 65536)
+            except OSError:
+                return False
+    return until is None or until in buf
+pump(2.0)
+os.write(fd, b'\x1a')
+stopped = pump(3.0, b'SUSPENDED')
+at_stop = buf
+echo = bool(termios.tcgetattr(fd)[3] & termios.ECHO)
+pump(1.5)
+os.write(fd, b'q')
+quit_ok = pump(3.0, b'RESUMED-AND-QUIT')
+try:
+    os.kill(pid, 9)
+except OSError:
+    pass
+os.waitpid(pid, 0)
+hidden = at_stop.rfind(b'\x1b[?25l')
+shown = at_stop.rfind(b'\x1b[?25h')
+print('stopped' if stopped else 'not stopped')
+print('cursor shown' if shown > hidden else 'cursor hidden')
+print('echo on' if echo else 'echo off')
+print('q after fg quits' if quit_ok else 'q after fg does not quit')
+PY
+	is "topstop: Ctrl-Z gives the shell its terminal back as it was, and q quits after fg" \
+		"$(tail -4 "$LOG/topstop.out" | tr '\n' '/')" "stopped/cursor shown/echo on/q after fg quits/"
+fi
+
 # -- case: queue-top piped into a reader that goes away (| head) -----------
 if want toppipe; then
 	# on a terminal, writing into a closed pipe: queue-top ends and the
