@@ -1127,11 +1127,12 @@ fi
 # view back with its keys working.
 if want topstop; then
 	python3 - "$TOP" "$DSN" >"$LOG/topstop.out" 2>&1 <<'PY'
-import os, pty, select, sys, termios, time
+import os, pty, select, sys, time
 pid, fd = pty.fork()
 if pid == 0:
     os.execv('/bin/bash', ['bash', '--norc', '--noprofile', '-m', '-c',
-             "'%s' --dsn '%s' --interval 30; echo; echo SUSPENDED; fg; echo RESUMED-AND-QUIT"
+             "'%s' --dsn '%s' --interval 30; echo; stty -a | grep -o -- ' -*echo '; echo SUSPENDED; fg;"
+             " echo RESUMED-AND-QUIT"
              % (sys.argv[1], sys.argv[2])])
 buf = b''
 def pump(secs, until=None):
@@ -1151,7 +1152,9 @@ pump(2.0)
 os.write(fd, b'\x1a')
 stopped = pump(3.0, b'SUSPENDED')
 at_stop = buf
-echo = bool(termios.tcgetattr(fd)[3] & termios.ECHO)
+# what stty said at the shell after the stop (the master side of a pty
+# does not show the terminal's settings)
+echo = b' echo ' in at_stop[at_stop.rfind(b'Stopped'):]
 pump(1.5)
 os.write(fd, b'q')
 quit_ok = pump(3.0, b'RESUMED-AND-QUIT')
