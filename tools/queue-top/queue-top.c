@@ -72,6 +72,7 @@ static struct termios saved_tty;
 static bool tty_raw = false;
 static volatile sig_atomic_t got_signal = 0;
 static volatile sig_atomic_t got_winch = 0;	/* the terminal was resized */
+static volatile sig_atomic_t got_tstp = 0;	/* Ctrl-Z: suspend the view */
 static bool output_gone = false;	/* stdout can no longer be written */
 static bool query_failed = false;	/* some section could not be shown */
 
@@ -646,6 +647,45 @@ on_winch(int sig)
 	got_winch = 1;
 }
 
+static void
+on_tstp(int sig)
+{
+	(void) sig;
+	got_tstp = 1;
+}
+
+/* Catch sig with handler, without SA_RESTART: poll() returns EINTR. */
+static void
+catch_signal(int sig, void (*handler) (int))
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = handler;
+	sigemptyset(&sa.sa_mask);
+	sigaction(sig, &sa, NULL);
+}
+
+/*
+ * Ctrl-Z (SIGTSTP): give the terminal back as it was (echo, line input,
+ * the cursor), stop, and after fg (SIGCONT) take it again for keys and a
+ * fresh frame.  The settings are read again then: the shell may have
+ * changed them meanwhile.
+ */
+static void
+suspend_view(void)
+{
+	got_tstp = 0;
+	tty_restore();
+	signal(SIGTSTP, SIG_DFL);
+	raise(SIGTSTP);
+	/* continued */
+	catch_signal(SIGTSTP, on_tstp);
+	tty_setup();
+	if (!plain)
+		fputs("\033[2J\033[?25l", stdout);	/* clear, hide the cursor */
+}
+
 /* The terminal's columns and rows (0 when unknown). */
 static void
 term_size(int *cols, int *rows)
@@ -846,15 +886,9 @@ main(int argc, char **argv)
 	 * the failed write is checked too (output_gone).
 	 */
 	signal(SIGPIPE, on_signal);
-	{
-		/* a resize redraws at once (poll() returns EINTR), not at the next tick */
-		struct sigaction sa;
-
-		memset(&sa, 0, sizeof(sa));
-		sa.sa_handler = on_winch;
-		sigemptyset(&sa.sa_mask);
-		sigaction(SIGWINCH, &sa, NULL);
-	}
+	/* a resize redraws at once (poll() returns EINTR), not at the next tick */
+	catch_signal(SIGWINCH, on_winch);
+	catch_signal(SIGTSTP, on_tstp);
 	tty_setup();
 	atexit(tty_restore);
 	if (!plain)
@@ -881,6 +915,11 @@ main(int argc, char **argv)
 			left = until - (ts.tv_sec + ts.tv_nsec / 1e9);
 			if (left <= 0 || got_signal)
 				break;
+			if (got_tstp)
+			{
+				suspend_view();
+				break;
+			}
 			if (got_winch)
 			{
 				/* the old frame is the wrong shape now: clear, then redraw */
