@@ -96,14 +96,16 @@ run_query(const char *what, const char *sql, int nparams,
 		sqlstate_transient(state))
 	{
 		char		msg[512];
+		/* NB: decided before PQclear, which frees state */
+		bool		lost = PQstatus(conn) == CONNECTION_BAD || state == NULL ||
+			!strncmp(state, "08", 2) || !strncmp(state, "57P", 3);
 
 		snprintf(msg, sizeof(msg), "%s: %s", what,
 				 r ? PQresultErrorMessage(r) : PQerrorMessage(conn));
 		msg[strcspn(msg, "\n")] = '\0';
 		if (r)
 			PQclear(r);
-		if (PQstatus(conn) == CONNECTION_BAD || state == NULL ||
-			!strncmp(state, "08", 2) || !strncmp(state, "57P", 3))
+		if (lost)
 			disconnect(msg);
 		else
 			log_msg("%s (will retry)", msg);
