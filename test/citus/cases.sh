@@ -220,6 +220,24 @@ case_heartbeat() {
 		"heartbeat from another session leaves the delegated claim's lease alone"
 }
 
+# set_limit / drop_limit on a distributed queue, and the cap they set
+# holding in dequeue.
+case_flow() {
+	local q out
+	q=$(queue_on_worker 2 fl_) || { ok 1 "a queue name on worker 2"; return; }
+	cpsql -c "SELECT queue.create_queue('$q')" \
+		-c "SELECT count(*) FROM queue.enqueue_batch('$q', array_fill('{}'::jsonb, ARRAY[3]), limit_keys => ARRAY['k', 'k', 'k'])" >/dev/null
+	out=$(cpsql -c "SELECT queue.set_limit('$q', 'k', max_in_flight => 1)" \
+		-c "SELECT queue.set_limit('$q', NULL, rate => 100, per => '1 s')" 2>&1)
+	ok $? "set_limit on a distributed queue" "$out"
+	is 1 "$(cpsql -c "SELECT count(*) FROM queue.dequeue('$q', 'fl-bot', 3)" 2>&1)" \
+		"a per-key max_in_flight holds on a distributed queue"
+	out=$(cpsql -c "SELECT queue.drop_limit('$q', 'k')" 2>&1)
+	ok $? "drop_limit on a distributed queue" "$out"
+	is 2 "$(cpsql -c "SELECT count(*) FROM queue.dequeue('$q', 'fl-bot', 3)" 2>&1)" \
+		"drop_limit frees the key's items on a distributed queue"
+}
+
 # drop_queue of a queue on a worker removes its rows there.
 case_drop() {
 	local q out
@@ -405,7 +423,7 @@ case_regress() {
 	ok $st "regress subset on the coordinator ($(echo $tests | wc -w) tests)"
 }
 
-for c in distribute api single_shard heartbeat drop tools listen no_double_claim regress kill9 shard_move; do
+for c in distribute api single_shard heartbeat flow drop tools listen no_double_claim regress kill9 shard_move; do
 	# distribute always runs: the others need it
 	if [ $c = distribute ] || want_case $c; then
 		echo "# case $c"
