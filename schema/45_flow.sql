@@ -449,15 +449,24 @@ CREATE OR REPLACE TRIGGER item_live_key_left
 -- Limits: the API -----------------------------------------------------------
 
 -- Mark on the queue whether it has limits, for the hot path's cache.
+-- PL/pgSQL, and the two flags read before the UPDATE: Citus plans neither
+-- a parameterised LANGUAGE sql statement nor an UPDATE of the reference
+-- table queue_config whose SET reads the distributed flow_limit.
 CREATE OR REPLACE FUNCTION queue._flow_mark(p_queue text)
-RETURNS void LANGUAGE sql VOLATILE PARALLEL UNSAFE
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_limits boolean;
+    v_rate boolean;
+BEGIN
+    SELECT coalesce(bool_or(l.limit_key <> ''), false), coalesce(bool_or(l.limit_key = ''), false)
+      INTO v_limits, v_rate
+      FROM queue.flow_limit l
+     WHERE l.queue_name = p_queue;
     UPDATE queue.queue_config c
-       SET flow_limits = EXISTS (SELECT 1 FROM queue.flow_limit l
-                                  WHERE l.queue_name = p_queue AND l.limit_key <> ''),
-           flow_rate = EXISTS (SELECT 1 FROM queue.flow_limit l
-                                WHERE l.queue_name = p_queue AND l.limit_key = '')
-     WHERE c.queue_name = p_queue
+       SET flow_limits = v_limits, flow_rate = v_rate
+     WHERE c.queue_name = p_queue;
+END
 $$;
 COMMENT ON FUNCTION queue._flow_mark(text) IS 'Records on the queue''s settings whether it has per-key limits or a rate';
 
