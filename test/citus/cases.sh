@@ -238,6 +238,27 @@ case_flow() {
 		"drop_limit frees the key's items on a distributed queue"
 }
 
+# An expired lease nobody re-claimed counts as a failed outcome when sweep
+# (or hold / cancel) meets it; the item stays claimable and its holder's
+# late complete still succeeds.
+case_lost_lease() {
+	local q out id tok id2 tok2
+	q=$(queue_on_worker 1 ll_) || { ok 1 "a queue name on worker 1"; return; }
+	cpsql -c "SELECT queue.create_queue('$q', lease_timeout => '1 s', audit => 'all')" \
+		-c "SELECT count(*) FROM queue.enqueue_batch('$q', array_fill('{}'::jsonb, ARRAY[2]))" >/dev/null
+	read -r id tok <<<"$(cpsql -F ' ' -c "SELECT item_id, lease_token FROM queue.dequeue('$q', 'll-bot', 1)")"
+	read -r id2 tok2 <<<"$(cpsql -F ' ' -c "SELECT item_id, lease_token FROM queue.dequeue('$q', 'll-bot', 1)")"
+	sleep 1.5
+	out=$(cpsql -c "SET client_min_messages = warning" \
+		-c "SELECT recovered FROM queue.sweep() WHERE queue_name = '$q'" 2>&1)
+	is 2 "$out" "sweep counts the expired leases of a distributed queue"
+	is "2|2" "$(cpsql -c "SELECT failed_1h, queued FROM queue.stats('$q')" 2>&1)" \
+		"the lost leases are failed outcomes and the items claimable"
+	is t "$(cpsql -c "SELECT queue.complete('$q', $id, $tok)" 2>&1)" \
+		"a late complete of a lost lease nobody took over succeeds"
+	is t "$(cpsql -c "SELECT queue.hold('$q', $id2)" 2>&1)" "hold of an item whose lease ran out"
+}
+
 # drop_queue of a queue on a worker removes its rows there.
 case_drop() {
 	local q out
@@ -423,7 +444,7 @@ case_regress() {
 	ok $st "regress subset on the coordinator ($(echo $tests | wc -w) tests)"
 }
 
-for c in distribute api single_shard heartbeat flow drop tools listen no_double_claim regress kill9 shard_move; do
+for c in distribute api single_shard heartbeat flow lost_lease drop tools listen no_double_claim regress kill9 shard_move; do
 	# distribute always runs: the others need it
 	if [ $c = distribute ] || want_case $c; then
 		echo "# case $c"
