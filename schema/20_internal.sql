@@ -357,19 +357,27 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     v_worker text;
     v_attempt int;
+    v_expires timestamptz;
+    v_entry jsonb;
 BEGIN
-    UPDATE queue.item_live i
-       SET lost_counted = true, last_error = 'lease expired', error_code = 'lease_expired',
-           errors = i.errors || jsonb_build_array(queue._record_failure(
-               p_queue, i.item_id, i.attempt, i.worker, 'lease_expired', 'lease expired',
-               'lease_expired', i.lease_expires_at))
+    -- lock the row, then judge the clock and record the failure outside
+    -- the UPDATE: Citus refuses a volatile function in an UPDATE of a
+    -- distributed table, and a clock in its WHERE
+    SELECT i.worker, i.attempt, i.lease_expires_at INTO v_worker, v_attempt, v_expires
+      FROM queue.item_live i
      WHERE i.queue_name = p_queue AND i.item_id = p_item_id
-       AND i.lease_token IS NOT NULL AND i.lease_expires_at <= statement_timestamp()
-       AND NOT i.lost_counted
-    RETURNING i.worker, i.attempt INTO v_worker, v_attempt;
-    IF NOT FOUND THEN
+       AND i.lease_token IS NOT NULL AND NOT i.lost_counted
+       FOR UPDATE;
+    IF NOT FOUND OR v_expires > statement_timestamp() THEN
         RETURN false;
     END IF;
+    v_entry := jsonb_build_array(queue._record_failure(
+        p_queue, p_item_id, v_attempt, v_worker, 'lease_expired', 'lease expired',
+        'lease_expired', v_expires));
+    UPDATE queue.item_live i
+       SET lost_counted = true, last_error = 'lease expired', error_code = 'lease_expired',
+           errors = i.errors || v_entry
+     WHERE i.queue_name = p_queue AND i.item_id = p_item_id;
     PERFORM queue._event(p_queue, p_item_id, 'recovered', v_worker, v_attempt,
                          jsonb_build_object('reason', 'lease_expired'));
     RETURN true;
