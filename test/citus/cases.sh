@@ -259,6 +259,27 @@ case_lost_lease() {
 	is t "$(cpsql -c "SELECT queue.hold('$q', $id2)" 2>&1)" "hold of an item whose lease ran out"
 }
 
+# enqueue_batch's dedup on a distributed queue: a key a live item holds
+# returns that item's id and inserts nothing; a key repeated in the batch
+# yields the first one's id twice.
+case_dedup() {
+	local q id out
+	q=$(queue_on_worker 1 dd_) || { ok 1 "a queue name on worker 1"; return; }
+	cpsql -c "SELECT queue.create_queue('$q')" >/dev/null
+	id=$(cpsql -c "SELECT queue.enqueue('$q', '{}', dedup_key => 'a')")
+	out=$(cpsql -c "SELECT string_agg(CASE WHEN x = $id THEN 'holder' ELSE 'new' END, ',' ORDER BY o)
+	                  FROM queue.enqueue_batch('$q', ARRAY['{}', '{}', '{}', '{}']::jsonb[],
+	                                           dedup_keys => ARRAY['b', 'a', NULL, 'b']) WITH ORDINALITY AS t(x, o)" 2>&1)
+	is "new,holder,new,new" "$out" "enqueue_batch on a distributed queue: a live key returns its holder"
+	is "3|3" "$(cpsql -c "SELECT count(*), count(DISTINCT dedup_key) + count(*) FILTER (WHERE dedup_key IS NULL)
+	                       FROM queue.item_live WHERE queue_name = '$q'" 2>&1)" \
+		"enqueue_batch on a distributed queue: one item per key"
+	is "2|t" "$(cpsql -c "SELECT count(DISTINCT x), bool_and(x IS NOT NULL)
+	                       FROM queue.enqueue_batch('$q', ARRAY['{}', '{}', '{}']::jsonb[],
+	                                                dedup_keys => ARRAY['c', 'c', 'a']) x" 2>&1)" \
+		"enqueue_batch on a distributed queue: a repeated key yields the first one's id"
+}
+
 # drop_queue of a queue on a worker removes its rows there.
 case_drop() {
 	local q out
@@ -444,7 +465,7 @@ case_regress() {
 	ok $st "regress subset on the coordinator ($(echo $tests | wc -w) tests)"
 }
 
-for c in distribute api single_shard heartbeat flow lost_lease drop tools listen no_double_claim regress kill9 shard_move; do
+for c in distribute api single_shard heartbeat flow lost_lease dedup drop tools listen no_double_claim regress kill9 shard_move; do
 	# distribute always runs: the others need it
 	if [ $c = distribute ] || want_case $c; then
 		echo "# case $c"
