@@ -146,6 +146,15 @@ static SPIPlanPtr expired_holders_plan = NULL;
 #define BATCH_INSERT_SQL BATCH_INSERT_SQL_WITH(KEY_ORDER BATCH_ON_CONFLICT_SQL)
 #define PLAIN_BATCH_INSERT_SQL BATCH_INSERT_SQL_WITH("")
 
+/*
+ * Under Citus a keyed insert runs as the query of a SELECT: Citus reports
+ * the rows an INSERT ... SELECT ... ON CONFLICT RETURNING sent, not the
+ * rows it returned, and SPI refuses that count ("consistency check on SPI
+ * tuple count failed").  As a CTE it runs first, routed to the queue's
+ * node, and the SELECT returns what it returned.
+ */
+#define CITUS_RETURNING(sql) "WITH ins AS (" sql ") SELECT item_id FROM ins"
+
 #define FLOW_BATCH_INSERT_SQL \
 	"INSERT INTO queue.item_live (queue_name, item_id, priority, visible_at, base_priority, " \
 	"       run_at, max_attempts, expires_at, dedup_key, payload, group_key, limit_key, requires) " \
@@ -880,6 +889,7 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 		Oid			idtype = INT4OID;
 		Datum		nval = Int32GetDatum(n);
 		bool		isnull;
+		bool		citus = queue_citus_loaded();
 
 		kvalues[0] = CStringGetTextDatum(queue_name);
 		kvalues[1] = PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4);
@@ -964,12 +974,19 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 				}
 				ivalues[10] = requires;
 				inulls[10] = requires_null ? 'n' : ' ';
-				plan = queue_prepare_cached(&flow_batch_insert_plan, FLOW_BATCH_INSERT_SQL, 11, itypes);
+				plan = queue_prepare_cached(&flow_batch_insert_plan,
+											citus ? CITUS_RETURNING(FLOW_BATCH_INSERT_SQL) : FLOW_BATCH_INSERT_SQL,
+											11, itypes);
 			}
 			else if (any_key)
-				plan = queue_prepare_cached(&batch_insert_plan, BATCH_INSERT_SQL, 8, itypes);
+				plan = queue_prepare_cached(&batch_insert_plan,
+											citus ? CITUS_RETURNING(BATCH_INSERT_SQL) : BATCH_INSERT_SQL,
+											8, itypes);
 			else
+			{
+				citus = false;
 				plan = queue_prepare_cached(&plain_batch_insert_plan, PLAIN_BATCH_INSERT_SQL, 8, itypes);
+			}
 
 			/*
 			 * Insert the pending positions; a position whose key a live item
@@ -992,8 +1009,8 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 				ivalues[1] = PointerGetDatum(construct_md_array(ins_ids, ins_id_nulls, 1, &n,
 																(int[]){1}, INT8OID, 8,
 																FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-				queue_spi_exec(plan, ivalues, inulls, false, 0, SPI_OK_INSERT_RETURNING,
-							   "inserting items");
+				queue_spi_exec(plan, ivalues, inulls, false, 0,
+							   citus ? SPI_OK_SELECT : SPI_OK_INSERT_RETURNING, "inserting items");
 				nthis = (int) SPI_processed;
 				ninserted += nthis;
 

@@ -177,6 +177,8 @@ case_single_shard() {
 	sleep 0.5
 	one_node "$q" "SELECT queue.enqueue('$q', '{\"n\": 1}')" "enqueue"
 	one_node "$q" "SELECT queue.enqueue_batch('$q', ARRAY['{}', '{}', '{}', '{}', '{}']::jsonb[])" "enqueue_batch"
+	one_node "$q" "SELECT queue.enqueue_batch('$q', ARRAY['{}', '{}']::jsonb[], dedup_keys => ARRAY['s1', 's1'])" \
+		"enqueue_batch with dedup keys"
 	cpsql -c "SELECT queue.heartbeat('ss-bot')" >/dev/null 2>&1
 	one_node "$q" "SELECT queue.dequeue('$q', 'ss-bot', 1)" "dequeue"
 	one_node "$q" "SELECT * FROM queue.dequeue('$q', 'ss-bot', 3)" "dequeue of a batch (FROM clause)"
