@@ -280,6 +280,17 @@ case_dedup() {
 	                       FROM queue.enqueue_batch('$q', ARRAY['{}', '{}', '{}']::jsonb[],
 	                                                dedup_keys => ARRAY['c', 'c', 'a']) x" 2>&1)" \
 		"enqueue_batch on a distributed queue: a repeated key yields the first one's id"
+	# a holder past its expires_at holds nothing: it becomes an expired
+	# dead letter and the key goes to the new item
+	id=$(cpsql -c "SELECT queue.enqueue('$q', '{}', dedup_key => 'e', expires_at => now() + interval '1 s')")
+	cpsql -c "SELECT queue.enqueue('$q', '{}', dedup_key => 'f', expires_at => now() + interval '1 s')" >/dev/null
+	sleep 1.2
+	is t "$(cpsql -c "SELECT queue.enqueue('$q', '{}', dedup_key => 'e') <> $id" 2>&1)" \
+		"enqueue on a distributed queue: a key held by an expired item goes to a new item"
+	is 1 "$(cpsql -c "SELECT count(*) FROM queue.enqueue_batch('$q', ARRAY['{}']::jsonb[], dedup_keys => ARRAY['f'])" 2>&1)" \
+		"enqueue_batch on a distributed queue: a key held by an expired item goes to a new item"
+	is "expired|2" "$(cpsql -c "SELECT reason, count(*) FROM queue.dead_letters WHERE queue_name = '$q' GROUP BY 1" 2>&1)" \
+		"the expired holders became expired dead letters"
 }
 
 # drop_queue of a queue on a worker removes its rows there.
