@@ -65,6 +65,7 @@ static SPIPlanPtr batch_window_plan = NULL;
 static SPIPlanPtr batch_event_plan = NULL;
 static SPIPlanPtr undo_plan = NULL;
 static SPIPlanPtr expired_holders_plan = NULL;
+static SPIPlanPtr bury_expired_plan = NULL;
 
 /*
  * Without a dedup key the insert cannot conflict: it skips ON CONFLICT and
@@ -189,6 +190,23 @@ static SPIPlanPtr expired_holders_plan = NULL;
 	"              AND lease_expires_at" OP(">") "pg_catalog.statement_timestamp()) " \
 	"   ORDER BY item_id FOR UPDATE) " \
 	"SELECT queue._bury($1, h.item_id, 'expired', NULL, NULL) FROM h"
+
+/*
+ * Under Citus the holders are locked by one statement and buried one by
+ * one: Citus pushes a function called per row of a query over a
+ * distributed table into the shard query, where _bury's own statements
+ * are refused ("cannot execute a distributed query from a query on a
+ * shard").
+ */
+#define EXPIRED_HOLDER_IDS_SQL \
+	"SELECT item_id FROM queue.item_live " \
+	" WHERE queue_name" OP("=") "$1 AND dedup_key" OP("=") "ANY ($2) " \
+	"   AND expires_at" OP("<=") "pg_catalog.statement_timestamp() " \
+	"   AND NOT (lease_token IS NOT NULL " \
+	"            AND lease_expires_at" OP(">") "pg_catalog.statement_timestamp()) " \
+	" ORDER BY item_id FOR UPDATE"
+#define BURY_EXPIRED_SQL \
+	"SELECT queue._bury($1, $2, 'expired', NULL, NULL)"
 
 /* Items just inserted whose key turned out to be completed in the window. */
 #define UNDO_SQL \
@@ -383,6 +401,30 @@ bury_expired_holders(Datum qname, Datum *keys, int nkeys)
 		return 0;
 	values[0] = qname;
 	values[1] = PointerGetDatum(construct_array(keys, nkeys, TEXTOID, -1, false, TYPALIGN_INT));
+	if (queue_citus_loaded())
+	{
+		Oid			btypes[2] = {TEXTOID, INT8OID};
+		int			nheld;
+		int64	   *held;
+		bool		isnull;
+
+		queue_spi_exec(queue_prepare_cached(&expired_holders_plan, EXPIRED_HOLDER_IDS_SQL, 2, types),
+					   values, NULL, false, 0, SPI_OK_SELECT, "locking expired holders");
+		nheld = (int) SPI_processed;
+		held = palloc(sizeof(int64) * Max(nheld, 1));
+		for (int i = 0; i < nheld; i++)
+			held[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
+												  SPI_tuptable->tupdesc, 1, &isnull));
+		for (int i = 0; i < nheld; i++)
+		{
+			values[1] = Int64GetDatum(held[i]);
+			CHECK_FOR_INTERRUPTS();
+			queue_spi_exec(queue_prepare_cached(&bury_expired_plan, BURY_EXPIRED_SQL, 2, btypes),
+						   values, NULL, false, 0, SPI_OK_SELECT, "dead-lettering an expired holder");
+		}
+		pfree(held);
+		return nheld;
+	}
 	queue_spi_exec(queue_prepare_cached(&expired_holders_plan, EXPIRED_HOLDERS_SQL, 2, types),
 				   values, NULL, false, 0, SPI_OK_SELECT, "dead-lettering expired holders");
 	return (int) SPI_processed;
