@@ -293,6 +293,34 @@ case_dedup() {
 		"the expired holders became expired dead letters"
 }
 
+# The views and tables of SPEC's reader role, read by login roles in the
+# group roles on distributed queues, per-queue grants included.
+case_readers() {
+	local a b out
+	rpsql() { local u=$1; shift; "$BINDIR/psql" -h "$BASE" -p "$COORD_PORT" -U "$u" -d postgres -qAtX "$@"; }
+	a=$(queue_on_worker 1 rd_) || { ok 1 "a queue name on worker 1"; return; }
+	b=$(queue_on_worker 2 rd_) || { ok 1 "a queue name on worker 2"; return; }
+	cpsql -c "SET client_min_messages = warning" \
+		-c "CREATE ROLE cr_reader LOGIN IN ROLE queue_reader" -c "CREATE ROLE cr_admin LOGIN IN ROLE queue_admin" \
+		-c "SELECT queue.create_queue('$a', audit => 'all')" -c "SELECT queue.create_queue('$b', audit => 'all')" \
+		-c "SELECT queue.grant_queue('$b', 'cr_admin', 'reader')" \
+		-c "SELECT queue.set_limit('$a', 'k', max_in_flight => 2)" -c "SELECT queue.set_limit('$b', 'k', max_in_flight => 2)" \
+		-c "SELECT queue.enqueue('$a', '{}')" -c "SELECT queue.enqueue('$b', '{}')" \
+		-c "SELECT queue.enqueue('$a', '{}')" -c "SELECT queue.enqueue('$b', '{}')" >/dev/null 2>&1
+	cpsql -c "SELECT queue.complete('$a', item_id, lease_token) FROM queue.dequeue('$a', 'rd-bot')" \
+		-c "SELECT queue.complete('$b', item_id, lease_token) FROM queue.dequeue('$b', 'rd-bot')" >/dev/null 2>&1
+	local sql="SELECT (SELECT string_agg(queue_name, ',' ORDER BY queue_name) FROM queue.queues WHERE queue_name IN ('$a', '$b'))
+	                  || ' ' || (SELECT string_agg(queue_name || ':' || state, ',' ORDER BY queue_name) FROM queue.items WHERE queue_name IN ('$a', '$b'))
+	                  || ' ' || (SELECT string_agg(queue_name, ',' ORDER BY queue_name) FROM queue.history WHERE queue_name IN ('$a', '$b'))
+	                  || ' ' || (SELECT string_agg(queue_name || ':' || limit_key, ',' ORDER BY queue_name) FROM queue.limits WHERE queue_name IN ('$a', '$b'))
+	                  || ' ' || (SELECT count(*) FROM queue.schedules WHERE queue_name IN ('$a', '$b'))
+	                  || ' ' || (SELECT count(DISTINCT queue_name) FROM queue.events WHERE queue_name IN ('$a', '$b'))"
+	is "$a $a:queued $a $a:k 0 1" "$(rpsql cr_reader -c "$sql" 2>&1)" \
+		"a queue_reader login reads the views on distributed queues, without a queue it is not granted"
+	is "$(printf '%s\n' "$a" "$b" | sort | paste -sd,) $(printf '%s:queued\n' "$a" "$b" | sort | paste -sd,) $(printf '%s\n' "$a" "$b" | sort | paste -sd,) $(printf '%s:k\n' "$a" "$b" | sort | paste -sd,) 0 2" \
+		"$(rpsql cr_admin -c "$sql" 2>&1)" "a queue_admin login reads the views on distributed queues"
+}
+
 # drop_queue of a queue on a worker removes its rows there.
 case_drop() {
 	local q out
@@ -478,7 +506,7 @@ case_regress() {
 	ok $st "regress subset on the coordinator ($(echo $tests | wc -w) tests)"
 }
 
-for c in distribute api single_shard heartbeat flow lost_lease dedup drop tools listen no_double_claim regress kill9 shard_move; do
+for c in distribute api single_shard heartbeat flow lost_lease dedup readers drop tools listen no_double_claim regress kill9 shard_move; do
 	# distribute always runs: the others need it
 	if [ $c = distribute ] || want_case $c; then
 		echo "# case $c"
