@@ -137,6 +137,7 @@ DECLARE
     v_done boolean;
     v_moved int := 0;
     v_fk boolean := false;
+    v_messages text;
 BEGIN
     IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
         RAISE EXCEPTION 'Citus is not installed in this database'
@@ -255,6 +256,61 @@ BEGIN
         action := 'delegated by queue_name';
         RETURN NEXT;
     END LOOP;
+
+    -- The views of the reader role read as the owner.  Citus checks the
+    -- caller's own privileges on the shards a view's query reaches, which
+    -- only the owner has; so each view's query is kept as an owner-only
+    -- view, read by a SECURITY DEFINER function that keeps the rows of the
+    -- queues the caller may read (judged here, on the coordinator, from
+    -- the settings; on a worker the caller would be the owner), and the
+    -- view reads the function.  A plain server keeps the plain views.
+    -- (Citus notes that it leaves the workers' extension members alone)
+    v_messages := pg_catalog.current_setting('client_min_messages');
+    PERFORM pg_catalog.set_config('client_min_messages', 'warning', true);
+    FOR r IN SELECT v FROM pg_catalog.unnest(ARRAY['queues', 'items', 'history', 'limits', 'schedules']) v
+    LOOP
+        CONTINUE WHEN pg_catalog.to_regclass('queue.' || r.v) IS NULL
+                   OR pg_catalog.strpos(pg_catalog.pg_get_viewdef(('queue.' || r.v)::pg_catalog.regclass),
+                                        '_' || r.v || '_rows()') OPERATOR(pg_catalog.>) 0;
+        -- an update of the extension made the view plain again: the copy
+        -- of its query may be stale
+        IF pg_catalog.to_regclass('queue._' || r.v || '_all') IS NOT NULL THEN
+            IF pg_catalog.to_regprocedure('queue._' || r.v || '_rows()') IS NOT NULL THEN
+                EXECUTE pg_catalog.format('ALTER EXTENSION queue DROP FUNCTION queue.%I()', '_' || r.v || '_rows');
+                EXECUTE pg_catalog.format('DROP FUNCTION queue.%I()', '_' || r.v || '_rows');
+            END IF;
+            EXECUTE pg_catalog.format('ALTER EXTENSION queue DROP VIEW queue.%I', '_' || r.v || '_all');
+            EXECUTE pg_catalog.format('DROP VIEW queue.%I', '_' || r.v || '_all');
+        END IF;
+        EXECUTE pg_catalog.format('CREATE VIEW queue.%I WITH (security_barrier) AS %s',
+                                  '_' || r.v || '_all',
+                                  pg_catalog.pg_get_viewdef(('queue.' || r.v)::pg_catalog.regclass));
+        EXECUTE pg_catalog.format($f$
+            CREATE FUNCTION queue.%1$I() RETURNS SETOF queue.%2$I
+            LANGUAGE plpgsql STABLE SECURITY DEFINER
+            SET search_path = pg_catalog, pg_temp SET jit = off AS $b$
+            DECLARE
+                v_queues text[] := ARRAY(SELECT c.queue_name FROM queue.queue_config c
+                                          WHERE queue._can_read(c.queue_name));
+            BEGIN
+                RETURN QUERY SELECT v.* FROM queue.%2$I v
+                              WHERE v.queue_name OPERATOR(pg_catalog.=) ANY (v_queues);
+            END
+            $b$
+        $f$, '_' || r.v || '_rows', '_' || r.v || '_all');
+        EXECUTE pg_catalog.format('CREATE OR REPLACE VIEW queue.%I WITH (security_barrier) AS SELECT * FROM queue.%I()',
+                                  r.v, '_' || r.v || '_rows');
+        EXECUTE pg_catalog.format('ALTER EXTENSION queue ADD VIEW queue.%I', '_' || r.v || '_all');
+        EXECUTE pg_catalog.format('ALTER EXTENSION queue ADD FUNCTION queue.%I()', '_' || r.v || '_rows');
+        EXECUTE pg_catalog.format('REVOKE ALL ON queue.%I FROM PUBLIC', '_' || r.v || '_all');
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION queue.%I() FROM PUBLIC', '_' || r.v || '_rows');
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION queue.%I() TO queue_admin, queue_reader, queue_producer, queue_worker',
+                                  '_' || r.v || '_rows');
+        object := 'queue.' || r.v;
+        action := 'read as the owner';
+        RETURN NEXT;
+    END LOOP;
+    PERFORM pg_catalog.set_config('client_min_messages', v_messages, true);
 
     -- Each node's own settings (workers first, then this one).
     FOR r IN SELECT w.nodename, w.nodeport, w.success, w.result

@@ -86,8 +86,8 @@ SELECT queue.enqueue('q_custom', '{"n": 3}') AS id3 \gset
 SELECT queue.complete('q_custom', :id1, :tok1);
 SELECT queue.cancel('q_custom', :id3);
 SELECT (SELECT count(*) FROM queue.items WHERE queue_name = 'q_custom') AS items,
-       (SELECT count(*) FROM queue.history WHERE queue_name = 'q_custom') AS history,
-       (SELECT count(*) FROM queue.dead_letters WHERE queue_name = 'q_custom') AS dead,
+       (SELECT count(*) FROM queue.history WHERE queue_name = 'q_custom') AS history;
+SELECT (SELECT count(*) FROM queue.dead_letters WHERE queue_name = 'q_custom') AS dead,
        (SELECT count(*) > 0 FROM queue.events WHERE queue_name = 'q_custom') AS has_events;
 SELECT queue.drop_queue('q_custom', force => true);
 SELECT count(*) AS queues FROM queue.queues WHERE queue_name = 'q_custom';

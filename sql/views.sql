@@ -62,12 +62,16 @@ SELECT state, attempt, last_error FROM queue.items WHERE queue_name = 'q_views' 
 SELECT state FROM queue.item('q_views', :v_retry);
 
 -- case: every item enqueued is in exactly one place: live, history or dead letters
+-- (each read on its own: on Citus the views read through a function, which
+-- does not mix with a distributed table such as dead_letters in one statement)
+SELECT coalesce(array_agg(item_id), '{}') AS p_live FROM queue.items WHERE queue_name = 'q_views' \gset
+SELECT coalesce(array_agg(item_id), '{}') AS p_done FROM queue.history WHERE queue_name = 'q_views' \gset
+SELECT coalesce(array_agg(item_id), '{}') AS p_dead FROM queue.dead_letters WHERE queue_name = 'q_views' \gset
 SELECT v.s, count(p.item_id) AS places
   FROM (VALUES ('queued', :v_queued), ('scheduled', :v_sched), ('held', :v_held), ('processing', :v_proc),
                ('processed', :v_done), ('dead', :v_dead), ('retry', :v_retry)) AS v(s, id)
-  LEFT JOIN (SELECT item_id FROM queue.items WHERE queue_name = 'q_views'
-             UNION ALL SELECT item_id FROM queue.history WHERE queue_name = 'q_views'
-             UNION ALL SELECT item_id FROM queue.dead_letters WHERE queue_name = 'q_views') AS p
+  LEFT JOIN (SELECT unnest(:'p_live'::bigint[]) UNION ALL SELECT unnest(:'p_done'::bigint[])
+             UNION ALL SELECT unnest(:'p_dead'::bigint[])) AS p(item_id)
     ON p.item_id = v.id
  GROUP BY v.s, v.id ORDER BY v.id;
 
