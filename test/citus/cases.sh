@@ -319,6 +319,15 @@ case_readers() {
 		"a queue_reader login reads the views on distributed queues, without a queue it is not granted"
 	is "$(printf '%s\n' "$a" "$b" | sort | paste -sd,) $(printf '%s:queued\n' "$a" "$b" | sort | paste -sd,) $(printf '%s\n' "$a" "$b" | sort | paste -sd,) $(printf '%s:k\n' "$a" "$b" | sort | paste -sd,) 0 2" \
 		"$(rpsql cr_admin -c "$sql" 2>&1)" "a queue_admin login reads the views on distributed queues"
+	# an item waiting for its key's cap says why (items calls a function
+	# per such row, which reads the queue's flow state)
+	cpsql -c "SELECT queue.set_limit('$a', 'lk', max_in_flight => 1)" \
+		-c "SELECT queue.enqueue('$a', '{}', limit_key => 'lk')" -c "SELECT queue.enqueue('$a', '{}', limit_key => 'lk')" \
+		-c "SELECT count(*) FROM queue.dequeue('$a', 'rd-bot', 5)" >/dev/null 2>&1
+	is "limit_full" "$(rpsql cr_reader -c "SELECT string_agg(waiting, ',') FROM queue.items WHERE queue_name = '$a'" 2>&1)" \
+		"the items view says why an item of a distributed queue waits"
+	is "limit_full" "$(cpsql -c "SELECT string_agg(waiting, ',') FROM queue.items WHERE queue_name = '$a'" 2>&1)" \
+		"the items view says why an item of a distributed queue waits (owner)"
 }
 
 # drop_queue of a queue on a worker removes its rows there.
