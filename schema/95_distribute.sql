@@ -124,6 +124,25 @@ $$;
 COMMENT ON FUNCTION queue._prepare_node() IS
     'Readies this node for distributed queues: its own sequence range, nested reads of the settings';
 
+-- The live items of the queues the caller may read, for the items view
+-- under Citus (see distribute()): the view's query then holds no
+-- distributed table itself, so it runs on the coordinator, where the
+-- functions it calls per row (queue._flow_waiting) may read the queue's
+-- tables; in a query on a shard they could not.
+CREATE OR REPLACE FUNCTION queue._readable_item_live() RETURNS SETOF queue.item_live
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+DECLARE
+    v_queues text[] := ARRAY(SELECT c.queue_name FROM queue.queue_config c
+                              WHERE queue._can_read(c.queue_name));
+BEGIN
+    RETURN QUERY SELECT i.* FROM queue.item_live i
+                  WHERE i.queue_name OPERATOR(pg_catalog.=) ANY (v_queues);
+END
+$$;
+COMMENT ON FUNCTION queue._readable_item_live() IS
+    'The live items of the queues the caller may read (the items view under Citus)';
+
 CREATE OR REPLACE FUNCTION queue.distribute(shard_count int DEFAULT NULL)
 RETURNS TABLE (object text, action text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -138,6 +157,7 @@ DECLARE
     v_moved int := 0;
     v_fk boolean := false;
     v_messages text;
+    v_def text;
 BEGIN
     IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
         RAISE EXCEPTION 'Citus is not installed in this database'
@@ -282,9 +302,13 @@ BEGIN
             EXECUTE pg_catalog.format('ALTER EXTENSION queue DROP VIEW queue.%I', '_' || r.v || '_all');
             EXECUTE pg_catalog.format('DROP VIEW queue.%I', '_' || r.v || '_all');
         END IF;
+        v_def := pg_catalog.pg_get_viewdef(('queue.' || r.v)::pg_catalog.regclass);
+        IF r.v OPERATOR(pg_catalog.=) 'items' THEN
+            v_def := pg_catalog.replace(v_def, 'FROM queue.item_live i',
+                                        'FROM queue._readable_item_live() i');
+        END IF;
         EXECUTE pg_catalog.format('CREATE VIEW queue.%I WITH (security_barrier) AS %s',
-                                  '_' || r.v || '_all',
-                                  pg_catalog.pg_get_viewdef(('queue.' || r.v)::pg_catalog.regclass));
+                                  '_' || r.v || '_all', v_def);
         EXECUTE pg_catalog.format($f$
             CREATE FUNCTION queue.%1$I() RETURNS SETOF queue.%2$I
             LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -338,5 +362,6 @@ REVOKE ALL ON FUNCTION queue.distribute(int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue.distributed() FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._delegated_functions() FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._prepare_node() FROM PUBLIC;
+REVOKE ALL ON FUNCTION queue._readable_item_live() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.distribute(int) TO queue_admin;
 GRANT EXECUTE ON FUNCTION queue.distributed() TO queue_admin, queue_reader, queue_producer, queue_worker;

@@ -23,7 +23,9 @@ SELECT count(*) > 20 AS many_security_definer
 -- case: the functions belong to a superuser and none builds SQL text:
 -- no PL/pgSQL EXECUTE, no C function calls SPI_execute with a string built at run time;
 -- but the DDL of the history's partitions, which names tables (its own
--- table names and partition names read from the catalog, quoted with %I)
+-- table names and partition names read from the catalog, quoted with %I),
+-- and distribute()'s views under Citus (fixed names quoted with %I, each
+-- view's own query read from the catalog)
 SELECT p.oid::regprocedure AS not_superuser_owned
   FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
  WHERE p.pronamespace = 'queue'::regnamespace AND NOT r.rolsuper;
