@@ -202,4 +202,12 @@ SELECT pg_temp.cooldown_over('b_end');
 SELECT queue.complete('b_end', item_id, lease_token) AS probe_done FROM queue.dequeue('b_end', 'w-other');
 SELECT paused, breaker_state FROM queue.queues WHERE queue_name = 'b_end';
 
-SELECT queue.drop_queue(q, force => true) FROM unnest('{b_op,b_alone,b_alert,b_frac,b_run,b_pct,b_short,b_one,b_hb,b_end}'::text[]) q;
+-- case: an empty error_code is no code: the reason names the error text
+SELECT queue.create_queue('b_nocode', breaker_threshold => 0.5, breaker_min_samples => 2,
+                          max_attempts => 9, backoff_base => '0 s');
+SELECT count(*) FROM queue.enqueue_batch('b_nocode', array_fill('{}'::jsonb, ARRAY[2]));
+SELECT queue.fail('b_nocode', item_id, lease_token, 'ERP timeout', error_code => '')
+  FROM queue.dequeue('b_nocode', 'w-nocode', batch_size => 2);
+SELECT paused, breaker_reason FROM queue.queues WHERE queue_name = 'b_nocode';
+
+SELECT queue.drop_queue(q, force => true) FROM unnest('{b_op,b_alone,b_alert,b_frac,b_run,b_pct,b_short,b_one,b_hb,b_end,b_nocode}'::text[]) q;
