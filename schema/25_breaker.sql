@@ -189,9 +189,10 @@ BEGIN
     END IF;
 
     -- the dominant error of the failures that tripped it (of the last
-    -- 1,000 of them: an outage may have many more)
+    -- 1,000 of them: an outage may have many more); an empty error_code
+    -- is no code, so the error text names such failures
     v_top_from := CASE WHEN v_by_run THEN greatest(v_from, o.last_ok) ELSE v_from END;
-    SELECT queue._excerpt(coalesce(f.error_code, f.error)), count(*), sum(count(*)) OVER ()
+    SELECT queue._excerpt(coalesce(nullif(f.error_code, ''), f.error)), count(*), sum(count(*)) OVER ()
       INTO v_top, v_top_n, v_top_all
       FROM (SELECT x.error_code, x.error FROM queue.failure_log x
              WHERE x.queue_name = p_queue AND x.at > v_top_from
