@@ -485,3 +485,35 @@ END
 $$;
 COMMENT ON FUNCTION queue._end_lease(text, bigint, text, text, text)
     IS 'Ends an item''s lease early as a lost lease (offline recovery, restart)';
+
+-- The leases a restarted process of `p_worker` held in `p_queue`: those
+-- claimed before `p_before` (all when NULL) end as lost leases (error `worker restarted`),
+-- and the breaker judges them at once, as any failures.  register_worker
+-- (restart) ends them all; heartbeat the claims that committed after the
+-- restart although made before it.
+CREATE FUNCTION queue._end_restarted_leases(p_queue text, p_worker text, p_before timestamptz)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    r record;
+    v_ended boolean := false;
+BEGIN
+    FOR r IN
+        SELECT i.item_id FROM queue.item_live i
+         WHERE i.queue_name = p_queue AND i.worker = p_worker
+           AND i.lease_token IS NOT NULL AND (p_before IS NULL OR i.claimed_at < p_before)
+         ORDER BY i.item_id
+           FOR UPDATE
+    LOOP
+        PERFORM queue._end_lease(p_queue, r.item_id, 'lease_expired',
+                                 'worker restarted', 'worker_restarted');
+        v_ended := true;
+    END LOOP;
+    IF v_ended THEN
+        PERFORM queue._breaker_check(p_queue);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION queue._end_restarted_leases(text, text, timestamptz)
+    IS 'Ends a restarted worker''s leases claimed before a time as lost leases (register_worker restart, heartbeat)';

@@ -64,8 +64,6 @@ DECLARE
     v_caller regrole := queue._caller()::regrole;
     v_owner regrole;
     v_q text;
-    v_ended boolean := false;
-    r record;
 BEGIN
     IF register_worker.capacity IS NOT NULL AND register_worker.capacity < 1 THEN
         RAISE EXCEPTION 'capacity must be at least 1, not %', register_worker.capacity
@@ -112,21 +110,7 @@ BEGIN
     -- and heartbeat take them in.
     IF coalesce(register_worker.restart, false) THEN
         FOR v_q IN SELECT c.queue_name FROM queue.queue_config c ORDER BY 1 LOOP
-            FOR r IN
-                SELECT i.item_id FROM queue.item_live i
-                 WHERE i.queue_name = v_q AND i.worker = v_worker AND i.lease_token IS NOT NULL
-                 ORDER BY i.item_id
-                   FOR UPDATE
-            LOOP
-                PERFORM queue._end_lease(v_q, r.item_id, 'lease_expired',
-                                         'worker restarted', 'worker_restarted');
-                v_ended := true;
-            END LOOP;
-            -- failures like any other: the breaker judges them at once
-            IF v_ended THEN
-                PERFORM queue._breaker_check(v_q);
-                v_ended := false;
-            END IF;
+            PERFORM queue._end_restarted_leases(v_q, v_worker, NULL);
         END LOOP;
     END IF;
 
@@ -172,7 +156,6 @@ DECLARE
     v_now timestamptz;
     v_start timestamptz := greatest(statement_timestamp(), transaction_timestamp());
     v_restarted timestamptz;
-    v_ended boolean := false;
 BEGIN
     SELECT w.session, w.restarted_at INTO v_prev, v_restarted
       FROM queue.worker_registry w WHERE w.worker = v_worker;
@@ -184,22 +167,7 @@ BEGIN
         -- when the restart ran, committed after it (a bot killed in the
         -- middle of a dequeue): its lease ends now, as the restart's did
         IF v_restarted IS NOT NULL THEN
-            FOR r IN
-                SELECT i.item_id FROM queue.item_live i
-                 WHERE i.queue_name = q.queue_name AND i.worker = v_worker
-                   AND i.lease_token IS NOT NULL AND i.claimed_at < v_restarted
-                 ORDER BY i.item_id
-                   FOR UPDATE
-            LOOP
-                PERFORM queue._end_lease(q.queue_name, r.item_id, 'lease_expired',
-                                         'worker restarted', 'worker_restarted');
-                v_ended := true;
-            END LOOP;
-            -- failures like any other: the breaker judges them at once
-            IF v_ended THEN
-                PERFORM queue._breaker_check(q.queue_name);
-                v_ended := false;
-            END IF;
+            PERFORM queue._end_restarted_leases(q.queue_name, v_worker, v_restarted);
         END IF;
         -- the leases of the worker's previous connection, if it has gone
         -- away: a claim whose reply may have been lost with it

@@ -235,6 +235,38 @@ $$;
 COMMENT ON FUNCTION queue._end_lease(text, bigint, text, text, text)
     IS 'Ends an item''s lease early as a lost lease (offline recovery, restart)';
 
+-- The leases a restarted process of `p_worker` held in `p_queue`: those
+-- claimed before `p_before` (all when NULL) end as lost leases (error `worker restarted`),
+-- and the breaker judges them at once, as any failures.  register_worker
+-- (restart) ends them all; heartbeat the claims that committed after the
+-- restart although made before it.
+CREATE FUNCTION queue._end_restarted_leases(p_queue text, p_worker text, p_before timestamptz)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    r record;
+    v_ended boolean := false;
+BEGIN
+    FOR r IN
+        SELECT i.item_id FROM queue.item_live i
+         WHERE i.queue_name = p_queue AND i.worker = p_worker
+           AND i.lease_token IS NOT NULL AND (p_before IS NULL OR i.claimed_at < p_before)
+         ORDER BY i.item_id
+           FOR UPDATE
+    LOOP
+        PERFORM queue._end_lease(p_queue, r.item_id, 'lease_expired',
+                                 'worker restarted', 'worker_restarted');
+        v_ended := true;
+    END LOOP;
+    IF v_ended THEN
+        PERFORM queue._breaker_check(p_queue);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION queue._end_restarted_leases(text, text, timestamptz)
+    IS 'Ends a restarted worker''s leases claimed before a time as lost leases (register_worker restart, heartbeat)';
+
 -- returns two counts since 0.2.0 (a bigint before)
 DROP FUNCTION IF EXISTS queue._recover_offline(text);
 CREATE FUNCTION queue._recover_offline(p_queue text, OUT recovered bigint,
@@ -306,7 +338,6 @@ DECLARE
     v_now timestamptz;
     v_start timestamptz := greatest(statement_timestamp(), transaction_timestamp());
     v_restarted timestamptz;
-    v_ended boolean := false;
 BEGIN
     SELECT w.session, w.restarted_at INTO v_prev, v_restarted
       FROM queue.worker_registry w WHERE w.worker = v_worker;
@@ -318,22 +349,7 @@ BEGIN
         -- when the restart ran, committed after it (a bot killed in the
         -- middle of a dequeue): its lease ends now, as the restart's did
         IF v_restarted IS NOT NULL THEN
-            FOR r IN
-                SELECT i.item_id FROM queue.item_live i
-                 WHERE i.queue_name = q.queue_name AND i.worker = v_worker
-                   AND i.lease_token IS NOT NULL AND i.claimed_at < v_restarted
-                 ORDER BY i.item_id
-                   FOR UPDATE
-            LOOP
-                PERFORM queue._end_lease(q.queue_name, r.item_id, 'lease_expired',
-                                         'worker restarted', 'worker_restarted');
-                v_ended := true;
-            END LOOP;
-            -- failures like any other: the breaker judges them at once
-            IF v_ended THEN
-                PERFORM queue._breaker_check(q.queue_name);
-                v_ended := false;
-            END IF;
+            PERFORM queue._end_restarted_leases(q.queue_name, v_worker, v_restarted);
         END IF;
         -- the leases of the worker's previous connection, if it has gone
         -- away: a claim whose reply may have been lost with it
@@ -414,8 +430,6 @@ DECLARE
     v_caller regrole := queue._caller()::regrole;
     v_owner regrole;
     v_q text;
-    v_ended boolean := false;
-    r record;
 BEGIN
     IF register_worker.capacity IS NOT NULL AND register_worker.capacity < 1 THEN
         RAISE EXCEPTION 'capacity must be at least 1, not %', register_worker.capacity
@@ -462,21 +476,7 @@ BEGIN
     -- and heartbeat take them in.
     IF coalesce(register_worker.restart, false) THEN
         FOR v_q IN SELECT c.queue_name FROM queue.queue_config c ORDER BY 1 LOOP
-            FOR r IN
-                SELECT i.item_id FROM queue.item_live i
-                 WHERE i.queue_name = v_q AND i.worker = v_worker AND i.lease_token IS NOT NULL
-                 ORDER BY i.item_id
-                   FOR UPDATE
-            LOOP
-                PERFORM queue._end_lease(v_q, r.item_id, 'lease_expired',
-                                         'worker restarted', 'worker_restarted');
-                v_ended := true;
-            END LOOP;
-            -- failures like any other: the breaker judges them at once
-            IF v_ended THEN
-                PERFORM queue._breaker_check(v_q);
-                v_ended := false;
-            END IF;
+            PERFORM queue._end_restarted_leases(v_q, v_worker, NULL);
         END LOOP;
     END IF;
 
@@ -507,6 +507,7 @@ REVOKE ALL ON FUNCTION queue._session_key() FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._session_alive(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._record_failure(text, bigint, int, text, text, text, text, timestamptz, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._end_lease(text, bigint, text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION queue._end_restarted_leases(text, text, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._end_lease_probe(text, bigint, timestamptz, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._recover_offline(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue.register_worker(text, text[], int, jsonb, text[], boolean) FROM PUBLIC;
