@@ -15,6 +15,14 @@ SELECT count(*) AS live FROM queue.items WHERE queue_name = 'q_bl';
 SELECT queue.complete_batch('q_bl', array_fill(1::bigint, ARRAY[100001]), array_fill(1::bigint, ARRAY[100001]));
 \set VERBOSITY terse
 
+-- case: complete_batch takes one-dimensional arrays, as enqueue_batch does
+-- (a two-dimensional one is a caller's mistake, not a list of pairs)
+SELECT queue.enqueue('q_bl', '{"two_d": 1}') AS td1 \gset
+SELECT queue.enqueue('q_bl', '{"two_d": 2}') AS td2 \gset
+SELECT queue.complete_batch('q_bl', ARRAY[[:td1, :td2]]::bigint[], ARRAY[[1, 2]]::bigint[]);
+SELECT queue.complete_batch('q_bl', ARRAY[:td1, :td2]::bigint[], ARRAY[[1], [2]]::bigint[]);
+SELECT queue.purge('q_bl');
+
 -- case: a batch whose key a live item holds returns the holder's id at that
 -- position, new ids elsewhere, and a key repeated in the batch the first id
 SELECT queue.enqueue('q_bl', '{"held": true}', dedup_key => 'k3') AS holder \gset
