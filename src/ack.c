@@ -682,6 +682,8 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 	queue_check_not_null(PG_ARGISNULL(2), "lease_tokens");
 	ids = PG_GETARG_ARRAYTYPE_P(1);
 	toks = PG_GETARG_ARRAYTYPE_P(2);
+	queue_check_one_dimensional(ids, "item_ids");
+	queue_check_one_dimensional(toks, "lease_tokens");
 	queue_check_batch_length(ArrayGetNItems(ARR_NDIM(ids), ARR_DIMS(ids)), "item_ids");
 	if (!PG_ARGISNULL(3))
 		queue_check_jsonb_size(PG_GETARG_DATUM(3), "result");

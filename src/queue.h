@@ -27,6 +27,7 @@
 #include "access/genam.h"
 #include "executor/spi.h"
 #include "storage/itemptr.h"
+#include "utils/array.h"
 #include "utils/snapshot.h"
 #include "utils/timestamp.h"
 
@@ -211,6 +212,7 @@ extern char *queue_check_name(Datum name_datum, bool isnull);
 extern void queue_check_not_null(bool isnull, const char *argname);
 extern void queue_check_priority(int32 priority);
 extern void queue_check_batch_length(int nelems, const char *argname);
+extern void queue_check_one_dimensional(ArrayType *arr, const char *argname);
 extern void queue_check_payload(Datum payload, const char *argname);
 extern void queue_check_jsonb_size(Datum value, const char *argname);
 extern void queue_check_key_size(Datum value, const char *argname);

@@ -125,6 +125,20 @@ queue_check_batch_length(int nelems, const char *argname)
 }
 
 /*
+ * queue_check_one_dimensional
+ *		An array argument that lists one element per item or pair is
+ *		one-dimensional: a two-dimensional one is a caller's mistake.
+ */
+void
+queue_check_one_dimensional(ArrayType *arr, const char *argname)
+{
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a one-dimensional array", argname)));
+}
+
+/*
  * The one rule of every size bound: a value of `size` bytes over `limit`
  * is 54000, naming the argument, the limit and what to do instead.
  */
