@@ -1075,6 +1075,25 @@ PY
 	sql "SELECT queue.drop_queue('t_tty_' || i) FROM generate_series(1, 15) i" >/dev/null
 fi
 
+# -- case: NO_COLOR turns colours off only when it holds a value --------
+# (no-color.org: "present and not an empty string"); on a terminal
+if want nocolor; then
+	for v in unset set empty; do
+		val=1
+		[ $v = empty ] && val=
+		env=(env NO_COLOR="$val")
+		[ $v = unset ] && env=(env -u NO_COLOR)
+		"${env[@]}" SHELL=/bin/sh timeout -k 5 20 script -qec \
+			"stty rows 30 cols 120; timeout --foreground --preserve-status -k 3 -s INT 2 '$TOP' --dsn '$DSN' --interval 1" /dev/null \
+			>"$LOG/nocolor-$v.out" 2>&1 </dev/null
+	done
+	is "nocolor: without NO_COLOR, queue-top on a terminal colours its frame" \
+		"$([ "$(grep -c $'\033\\[3[0-9]m' "$LOG/nocolor-unset.out")" -gt 0 ] && echo colours)" colours
+	is "nocolor: NO_COLOR=1 on a terminal: no colour codes" "$(grep -c $'\033\\[3[0-9]m' "$LOG/nocolor-set.out")" 0
+	is "nocolor: an empty NO_COLOR on a terminal leaves colours on" \
+		"$([ "$(grep -c $'\033\\[3[0-9]m' "$LOG/nocolor-empty.out")" -gt 0 ] && echo colours)" colours
+fi
+
 # -- case: queue-top redraws at once when the terminal is resized --------
 if want topresize; then
 	sql "SELECT queue.create_queue('t_rsz_' || i) FROM generate_series(1, 15) i" >/dev/null
