@@ -864,7 +864,8 @@ main(int argc, char **argv)
 				progname, argv[optind], progname);
 		exit(2);
 	}
-	if (!isatty(STDOUT_FILENO) || getenv("NO_COLOR"))
+	/* no-color.org: NO_COLOR counts when present and not empty */
+	if (!isatty(STDOUT_FILENO) || (getenv("NO_COLOR") && getenv("NO_COLOR")[0] != '\0'))
 		use_color = false;
 	plain = once || !isatty(STDOUT_FILENO);
 
