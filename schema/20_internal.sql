@@ -287,7 +287,10 @@ BEGIN
                 'attempt', r.attempt, 'at', now(), 'worker', r.worker,
                 'error', p_error, 'error_code', p_error_code));
         END IF;
+        -- the cancel is what ended it: no error code of an earlier
+        -- failure (replay_all of that code is for the items it killed)
         r.last_error := coalesce(r.cancel_reason, 'cancelled');
+        r.error_code := NULL;
     END IF;
 
     INSERT INTO queue.dead_letters (queue_name, item_id, payload, progress, attempts, reason,
