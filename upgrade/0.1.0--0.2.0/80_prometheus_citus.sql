@@ -72,7 +72,8 @@ BEGIN
         UNION ALL
         SELECT 2, s.q, 0, format('queue=%s', s.ql), s.dead FROM s
         UNION ALL
-        SELECT 3, s.q, 0, format('queue=%s', s.ql), extract(epoch FROM s.oldest_queued_age) FROM s
+        -- nothing claimable: nobody has waited (0, as stats' NULL means)
+        SELECT 3, s.q, 0, format('queue=%s', s.ql), coalesce(extract(epoch FROM s.oldest_queued_age), 0) FROM s
         UNION ALL
         SELECT 4, s.q, 0, format('queue=%s', s.ql), s.processed_1h FROM s
         UNION ALL
@@ -81,10 +82,12 @@ BEGIN
         SELECT 6, s.q, k.n, format('queue=%s,quantile=%s', s.ql, queue._prom_label(k.quantile)),
                extract(epoch FROM k.v)
           FROM s CROSS JOIN LATERAL (VALUES (1, '0.5', s.wait_p50), (2, '0.95', s.wait_p95)) AS k(n, quantile, v)
+         WHERE k.v IS NOT NULL   -- no completion in the last hour: no quantile, not NaN
         UNION ALL
         SELECT 7, s.q, k.n, format('queue=%s,quantile=%s', s.ql, queue._prom_label(k.quantile)),
                extract(epoch FROM k.v)
           FROM s CROSS JOIN LATERAL (VALUES (1, '0.5', s.run_p50), (2, '0.95', s.run_p95)) AS k(n, quantile, v)
+         WHERE k.v IS NOT NULL   -- no completion in the last hour: no quantile, not NaN
         UNION ALL
         SELECT 8, s.q, 0, format('queue=%s', s.ql), CASE WHEN s.paused THEN 1 ELSE 0 END FROM s
         UNION ALL
