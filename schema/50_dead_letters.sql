@@ -87,6 +87,11 @@ BEGIN
     PERFORM queue._event(v_name, x.item_id, 'replayed', NULL, NULL,
                          jsonb_build_object('replayed_as', v_new,
                                             'payload_changed', replay.payload IS NOT NULL));
+    -- the new item is enqueued like any other (recorded under audit 'all')
+    IF NOT v_held THEN
+        PERFORM queue._event(v_name, v_new, 'enqueued', NULL, 0,
+                             jsonb_build_object('replay_of', x.item_id));
+    END IF;
     RETURN v_new;
 END
 $$;
