@@ -548,6 +548,13 @@ DECLARE
     v_key text := coalesce(drop_limit.limit_key, '');
 BEGIN
     PERFORM queue._check_access(v_name, 'reader');
+    -- '' is how the queue-wide rate is stored, never a key: refused as
+    -- set_limit refuses it, so that it cannot drop the queue's rate
+    IF drop_limit.limit_key = '' THEN
+        RAISE EXCEPTION 'limit_key must not be empty'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass NULL to drop the rate of the whole queue.';
+    END IF;
     DELETE FROM queue.flow_limit l WHERE l.queue_name = v_name AND l.limit_key = v_key;
     DELETE FROM queue.flow_claim l WHERE l.queue_name = v_name AND l.limit_key = v_key;
     IF v_key <> '' THEN
