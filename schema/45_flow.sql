@@ -680,7 +680,8 @@ DROP FUNCTION IF EXISTS queue._flow_forget();
 -- Routing in health and alerts: items that need labels no active bot has
 -- (not draining, not in a maintenance window, seen within
 -- queue.worker_offline_after), waiting past the
--- queue's sla, or 5 minutes without one.
+-- queue's sla, or 5 minutes without one, counted from when each became
+-- claimable (the claimable time of stats and the sla rule).
 CREATE OR REPLACE FUNCTION queue._flow_rules(p_queue text,
                                              OUT kind text, OUT reason text, OUT details jsonb)
 RETURNS SETOF record LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
@@ -700,6 +701,13 @@ BEGIN
       FROM (SELECT i.requires FROM queue.item_live i
              WHERE i.queue_name = p_queue AND i.requires IS NOT NULL
                AND i.run_at < now() - v_after
+               -- waiting since it became claimable, not since a backdated
+               -- run_at (a lost lease: since the lease's end; a member in
+               -- line behind its group's head: since it was due).  A
+               -- claimable row's visible_at is never before its run_at,
+               -- so the run_at bound above (the index's) loses nothing.
+               AND CASE WHEN i.group_wait THEN greatest(i.run_at, i.enqueued_at)
+                        ELSE i.visible_at END < now() - v_after
                AND NOT i.on_hold
                AND NOT (i.lease_token IS NOT NULL AND i.lease_expires_at > now())
                AND NOT EXISTS (SELECT 1 FROM queue.worker_registry w
