@@ -31,3 +31,25 @@ UPDATE queue.item_live SET enqueued_at = enqueued_at - interval '2 min',
  WHERE queue_name = 'lc_route';
 SELECT r AS reason FROM queue.health('lc_route'), unnest(reasons) r WHERE r LIKE 'unroutable:%';
 SELECT queue.drop_queue('lc_route', force => true);
+
+-- case: a queue's max_in_flight lowered while items are in flight holds
+-- at once: no claim takes the queue over the new cap, whichever of its
+-- leases were taken under the old one
+SELECT queue.create_queue('lc_cap', max_in_flight => 16);
+SELECT count(*) AS enqueued FROM queue.enqueue_batch('lc_cap', array_fill('{}'::jsonb, ARRAY[40]));
+SELECT count(*) AS claimed_under_16 FROM queue.dequeue('lc_cap', 'w1', batch_size => 2);
+SELECT queue.alter_queue('lc_cap', max_in_flight => 4);
+SELECT count(*) AS claimed_under_4 FROM queue.dequeue('lc_cap', 'w2', batch_size => 10);
+SELECT count(*) AS claimed_more FROM queue.dequeue('lc_cap', 'w3', batch_size => 10);
+SELECT processing FROM queue.stats('lc_cap');
+-- and lowered below what is in flight: nothing until enough leases end
+SELECT queue.alter_queue('lc_cap', max_in_flight => 3);
+SELECT count(*) AS claimed_over_cap FROM queue.dequeue('lc_cap', 'w3', batch_size => 10);
+SELECT count(queue.complete('lc_cap', item_id, lease_token)) AS completed
+  FROM (SELECT i.item_id, l.lease_token FROM queue.item_live l
+          JOIN queue.items i ON i.queue_name = l.queue_name AND i.item_id = l.item_id
+         WHERE l.queue_name = 'lc_cap' AND i.state = 'processing'
+         ORDER BY l.item_id LIMIT 2) x;
+SELECT count(*) AS claimed_to_cap FROM queue.dequeue('lc_cap', 'w3', batch_size => 10);
+SELECT processing FROM queue.stats('lc_cap');
+SELECT queue.drop_queue('lc_cap', force => true);
