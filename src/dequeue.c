@@ -60,6 +60,7 @@
 #include "queue.h"
 
 PG_FUNCTION_INFO_V1(queue_dequeue);
+PG_FUNCTION_INFO_V1(queue_lock_cap_stripes_sql);
 
 /* Columns of the result, as declared in SQL. */
 #define DEQUEUE_NCOLS QUEUE_DEQUEUE_NCOLS
@@ -312,11 +313,28 @@ static SPIPlanPtr peek_lane_plan = NULL;
  */
 #define CAP_STRIPE_OF \
 	"(coalesce(cap_stripe::pg_catalog.int8, item_id)" OP("%") "$3::pg_catalog.int8)"
+
+/*
+ * A stripe's room: its share less its current leases, less what the other
+ * stripes hold beyond their shares.  A stripe holds more than its share
+ * only through a cap lowered (or turned on) while leases were out
+ * (alter_queue spreads them evenly, but cannot undo leases beyond the new
+ * cap, and leaves alone leases it could not lock); a claim or a revival
+ * never takes a stripe past its share, so that excess only shrinks, and a
+ * count of it under one stripe's lock stays an upper bound while that lock
+ * is held.  Taking it off every stripe's room keeps the sum of the leases
+ * within the cap however the old leases are spread.  $4 is the cap.
+ */
+#define STRIPE_SHARE(s) \
+	"($4" OP("/") "$3" OP("+") "CASE WHEN " s OP("<") "($4" OP("%") "$3) THEN 1 ELSE 0 END)"
 #define IN_FLIGHT_SQL \
-	"SELECT pg_catalog.count(*) FROM queue.item_live " \
-	" WHERE queue_name" OP("=") "$1 AND worker IS NOT NULL " \
-	"   AND lease_expires_at" OP(">") "pg_catalog.statement_timestamp() " \
-	"   AND " CAP_STRIPE_OF OP("=") "$2::pg_catalog.int8"
+	"SELECT coalesce(pg_catalog.sum(x.n) FILTER (WHERE x.s" OP("=") "$2), 0)::pg_catalog.int8, " \
+	"       coalesce(pg_catalog.sum(greatest(x.n" OP("-") STRIPE_SHARE("x.s") ", 0)) " \
+	"                           FILTER (WHERE x.s" OP("<>") "$2), 0)::pg_catalog.int8 " \
+	"  FROM (SELECT " CAP_STRIPE_OF " AS s, pg_catalog.count(*) AS n FROM queue.item_live " \
+	"         WHERE queue_name" OP("=") "$1 AND worker IS NOT NULL " \
+	"           AND lease_expires_at" OP(">") "pg_catalog.statement_timestamp() " \
+	"         GROUP BY 1) x"
 
 
 /* The worker's capacity, its row locked (waiting) for a revival. */
@@ -352,6 +370,35 @@ run_count(SPIPlanPtr plan, Datum *values)
 	/* under the lock of what it counts: every committed lease counts */
 	queue_spi_count_latest(plan, values, "dequeue count query");
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
+ * stripe_room
+ *		How many more leases stripe s (of nstripes, of the queue's cap) may
+ *		take now: its share less its current leases and less the other
+ *		stripes' leases beyond their shares (IN_FLIGHT_SQL).  The caller
+ *		holds the stripe's lock.  May be zero or negative.
+ */
+static int64
+stripe_room(Datum qname, int s, int nstripes, int32 cap)
+{
+	Oid			ct[4] = {TEXTOID, INT2OID, INT2OID, INT4OID};
+	Datum		cv[4];
+	int32		share = cap / nstripes + (s < cap % nstripes ? 1 : 0);
+	bool		isnull;
+	int64		own;
+	int64		excess;
+
+	cv[0] = qname;
+	cv[1] = Int16GetDatum((int16) s);
+	cv[2] = Int16GetDatum((int16) nstripes);
+	cv[3] = Int32GetDatum(cap);
+	/* under the stripe's lock: every committed lease counts */
+	queue_spi_count_latest(queue_prepare_cached(&in_flight_plan, IN_FLIGHT_SQL, 4, ct), cv,
+						   "dequeue count query");
+	own = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	excess = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	return share - own - excess;
 }
 
 /*
@@ -449,18 +496,11 @@ queue_cap_admits_revival(const QueueConfig *cfg, Datum qname, Datum worker,
 
 	if (cfg->max_in_flight > 0)
 	{
-		Oid			ct[3] = {TEXTOID, INT2OID, INT2OID};
 		int			nstripes = Min(cfg->max_in_flight, CAP_STRIPES);
 		int			s = (int) ((stripe >= 0 ? (int64) stripe : item_id) % nstripes);
-		int32		share = cfg->max_in_flight / nstripes +
-			(s < cfg->max_in_flight % nstripes ? 1 : 0);
-		Datum		cv[3];
 
 		(void) queue_lock_private(cfg->queue_name, QUEUE_LOCK_STRIPE(s), true);
-		cv[0] = qname;
-		cv[1] = Int16GetDatum((int16) s);
-		cv[2] = Int16GetDatum((int16) nstripes);
-		if (run_count(queue_prepare_cached(&in_flight_plan, IN_FLIGHT_SQL, 3, ct), cv) >= share)
+		if (stripe_room(qname, s, nstripes, cfg->max_in_flight) <= 0)
 			return false;
 	}
 	queue_spi_exec(queue_prepare_cached(&worker_wait_plan, WORKER_WAIT_SQL, 1, wt),
@@ -475,6 +515,24 @@ queue_cap_admits_revival(const QueueConfig *cfg, Datum qname, Datum worker,
 			return false;
 	}
 	return true;
+}
+
+/*
+ * queue._lock_cap_stripes(queue_name text) returns int
+ *
+ * Waits for every max_in_flight stripe lock of the queue, for the
+ * transaction, and returns the most stripes a cap is split into: what
+ * alter_queue holds while it spreads the current leases over the stripes
+ * of a new cap, so that no claim or revival counts a stripe meanwhile.
+ */
+Datum
+queue_lock_cap_stripes_sql(PG_FUNCTION_ARGS)
+{
+	char	   *name = queue_check_name(PG_GETARG_DATUM(0), PG_ARGISNULL(0));
+
+	for (int s = 0; s < CAP_STRIPES; s++)
+		(void) queue_lock_private(name, QUEUE_LOCK_STRIPE(s), true);
+	PG_RETURN_INT32(CAP_STRIPES);
 }
 
 /* The queue's hint slot, or NULL; with create, a slot taken for it. */
@@ -1302,30 +1360,23 @@ queue_dequeue(PG_FUNCTION_ARGS)
 	else
 	{
 		/* Queue cap: each stripe's count and claim under its own lock. */
-		Oid			ct[3] = {TEXTOID, INT2OID, INT2OID};
 		int			nstripes = Min(cfg.max_in_flight, CAP_STRIPES);
 		int			first = (int) (pg_prng_uint32(&pg_global_prng_state) % nstripes);
 
 		for (int k = 0; k < nstripes && nclaimed < want; k++)
 		{
 			int			s = (first + k) % nstripes;
-			int32		share = cfg.max_in_flight / nstripes +
-				(s < cfg.max_in_flight % nstripes ? 1 : 0);
-			Datum		cv[3];
-			int64		in_flight;
+			int64		room;
 			int64		ask;
 			int64		got;
 
 			/* another dequeuer holds this stripe: try the next */
 			if (!queue_lock_private(queue_name, QUEUE_LOCK_STRIPE(s), false))
 				continue;
-			cv[0] = qname;
-			cv[1] = Int16GetDatum((int16) s);
-			cv[2] = Int16GetDatum((int16) nstripes);
-			in_flight = run_count(queue_prepare_cached(&in_flight_plan, IN_FLIGHT_SQL, 3, ct), cv);
-			if (in_flight >= share)
+			room = stripe_room(qname, s, nstripes, cfg.max_in_flight);
+			if (room <= 0)
 				continue;
-			ask = Min(share - in_flight, want - nclaimed);
+			ask = Min(room, want - nclaimed);
 			got = claim_items(&ctx, ask, s);
 			nclaimed += got;
 			if (got < ask)

@@ -219,6 +219,15 @@ COMMENT ON FUNCTION queue.create_queue(text, interval, int, interval, float8, in
     IS 'Creates a queue with its lease, retry, retention, audit and breaker settings';
 
 -- from schema/30_queues.sql
+-- The max_in_flight stripes' locks, all of them (src/dequeue.c), for
+-- alter_queue while it deals the current leases out over a new cap.
+CREATE OR REPLACE FUNCTION queue._lock_cap_stripes(queue_name text) RETURNS int
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'queue_lock_cap_stripes_sql';
+COMMENT ON FUNCTION queue._lock_cap_stripes(text)
+    IS 'Waits for every max_in_flight stripe lock of the queue until the end of the transaction; returns the most stripes a cap has';
+REVOKE ALL ON FUNCTION queue._lock_cap_stripes(text) FROM PUBLIC;
+
+-- from schema/30_queues.sql
 DROP FUNCTION IF EXISTS queue.alter_queue(text, interval, int, interval, float8, interval, float8, interval, interval, interval, int, interval, interval, boolean, text, float8, interval, int, interval);
 CREATE FUNCTION queue.alter_queue(
     queue_name          text,
@@ -252,6 +261,9 @@ DECLARE
     v_old_threshold float8;
     v_since timestamptz;
     v_group text;
+    v_stripes int;
+    v_lease bigint;
+    v_n int := 0;
 BEGIN
     -- a dedup_window set or lengthened takes the keys completed within it
     -- from the history (below): wait for the transactions using the queue,
@@ -259,6 +271,12 @@ BEGIN
     -- that comes later sees the new window and records its key
     IF alter_queue.dedup_window > interval '0' THEN
         PERFORM queue._lock_queue(v_name, true);
+    END IF;
+    -- a max_in_flight given spreads the current leases over the new cap's
+    -- stripes (below), under every stripe lock, taken before the settings
+    -- row as dequeue takes them
+    IF alter_queue.max_in_flight IS NOT NULL THEN
+        v_stripes := queue._lock_cap_stripes(v_name);
     END IF;
     SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = v_name FOR UPDATE;
     IF NOT FOUND THEN
@@ -308,6 +326,26 @@ BEGIN
            -- out here: Citus refuses now() inside a CASE of an UPDATE)
            breaker_since = coalesce(v_since, q.breaker_since)
      WHERE q.queue_name = v_name;
+    -- Caps stay exact when a cap is set or changed with leases out: each
+    -- stripe of the cap (src/dequeue.c) may hold its share of it, so the
+    -- leases, whatever stripes they were charged to under the old cap,
+    -- are dealt out in turn over the new stripes.  Within the cap, no
+    -- stripe then holds more than its share and every free place can be
+    -- claimed; beyond it, every stripe is full.  A lease whose row is
+    -- locked (its bot is finishing it) keeps its stripe: dequeue takes
+    -- what a stripe holds over its share off the others' room.
+    IF alter_queue.max_in_flight IS NOT NULL AND c.max_in_flight IS NOT NULL THEN
+        v_stripes := least(c.max_in_flight, v_stripes);
+        FOR v_lease IN SELECT i.item_id FROM queue.item_live i
+                        WHERE i.queue_name = v_name AND i.worker IS NOT NULL
+                          AND i.lease_expires_at > now()
+                        ORDER BY i.item_id
+                          FOR UPDATE SKIP LOCKED LOOP
+            UPDATE queue.item_live i SET cap_stripe = v_n % v_stripes
+             WHERE i.queue_name = v_name AND i.item_id = v_lease;
+            v_n := v_n + 1;
+        END LOOP;
+    END IF;
     -- keys completed within a window set or lengthened, as complete() would
     -- have kept them: the newest completion of each key, never replacing a
     -- newer one (keys sweep dropped as past a shorter window come back
