@@ -33,7 +33,10 @@
  * transaction lock (a private lock tag no SQL role can take, config.c); a claim is charged to the stripe it locked
  * (item_live.cap_stripe), and a stripe's count and claim run under its
  * lock, so the shares, and thus the cap, are exact while up to
- * CAP_STRIPES dequeuers claim at once.  Locks are tried, never waited for:
+ * CAP_STRIPES dequeuers claim at once.  A stripe holding more than its
+ * share (leases out when the cap was lowered) has the excess taken off the
+ * other stripes' room (IN_FLIGHT_SQL); alter_queue deals the leases out
+ * over a new cap's stripes, so that this is rare.  Locks are tried, never waited for:
  * a dequeuer tries the stripes from a random one and returns no rows, as
  * SKIP LOCKED would, when none is free with room.  Exactness of the caps
  * thus never costs a blocked dequeue.
