@@ -259,6 +259,8 @@ DECLARE
     v_old_window interval;
     v_old_on_dead text;
     v_old_threshold float8;
+    v_old_aging interval;
+    v_now timestamptz := now();   -- a value: Citus refuses now() in a CASE of an UPDATE
     v_since timestamptz;
     v_group text;
     v_stripes int;
@@ -287,6 +289,7 @@ BEGIN
     v_old_window := c.dedup_window;
     v_old_on_dead := c.group_on_dead;
     v_old_threshold := c.breaker_threshold;
+    v_old_aging := c.priority_aging;
     c.lease_timeout := coalesce(alter_queue.lease_timeout, c.lease_timeout);
     c.max_attempts := coalesce(alter_queue.max_attempts, c.max_attempts);
     c.backoff_base := coalesce(alter_queue.backoff_base, c.backoff_base);
@@ -379,6 +382,18 @@ BEGIN
     IF c.priority_aging IS NULL THEN
         UPDATE queue.item_live i SET priority = i.base_priority
          WHERE i.queue_name = v_name AND i.priority % 100000 <> i.base_priority;   -- band kept
+    ELSIF c.priority_aging IS DISTINCT FROM v_old_aging THEN
+        -- a new step: the items the old one aged take their priority under
+        -- the new one, as sweep computes it (a longer step gives back
+        -- priority that the old one took); sweep ages the others as they
+        -- reach a step.  A row not claimable now has its own priority.
+        UPDATE queue.item_live i
+           SET priority = CASE WHEN i.visible_at <= v_now AND NOT i.on_hold
+                               THEN greatest(0, i.base_priority - floor(
+                                        extract(epoch FROM v_now - greatest(i.enqueued_at, i.visible_at))
+                                        / extract(epoch FROM c.priority_aging)))::int
+                               ELSE i.base_priority END   -- band kept
+         WHERE i.queue_name = v_name AND i.priority % 100000 <> i.base_priority;
     END IF;
     -- a queue without a breaker cannot stay paused by one; the
     -- operator's pause stays (operator before breaker)
