@@ -14,8 +14,10 @@ END
 $$;
 COMMENT ON TYPE queue.queue_sweep IS 'A row of queue.sweep(queue_name)';
 
-CREATE OR REPLACE FUNCTION queue._retention(p_queue text, p_batch int)
-RETURNS bigint LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+-- _retention: purged, what sweep() reports, and removed, every row
+CREATE OR REPLACE FUNCTION queue._retention(p_queue text, p_batch int,
+                                  OUT purged bigint, OUT removed bigint)
+RETURNS record LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
@@ -23,13 +25,16 @@ DECLARE
     v_now timestamptz := now();
     v_n bigint;
     v_purged bigint := 0;
+    v_failures bigint;
     v_keep_outcomes interval;
     v_oldest_kept timestamptz;
     v_counted timestamptz;
 BEGIN
+    purged := 0;
+    removed := 0;
     SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
     IF NOT FOUND THEN
-        RETURN 0;
+        RETURN;
     END IF;
 
     -- What goes stays counted: prometheus()'s counters are running totals
@@ -78,8 +83,9 @@ BEGIN
     -- events and failed attempts:
     v_purged := v_purged + queue._history_delete('events', p_queue, c.retention,
                                                  v_now, p_batch);
-    v_purged := v_purged + queue._history_delete('failure_log', p_queue, v_keep_outcomes,
-                                                 v_now, p_batch);
+    -- (failed attempts are no rows users read: not in purged)
+    v_failures := queue._history_delete('failure_log', p_queue, v_keep_outcomes,
+                                        v_now, p_batch);
 
     -- cleared alerts:
     WITH d AS (
@@ -109,11 +115,12 @@ BEGIN
     SELECT count(*) INTO v_n FROM d;
     v_purged := v_purged + v_n;
 
-    RETURN v_purged;
+    purged := v_purged;
+    removed := v_purged + v_failures;
 END
 $$;
 COMMENT ON FUNCTION queue._retention(text, int)
-    IS 'Removes at most p_batch rows of each kind past a queue''s retention; returns how many';
+    IS 'Removes at most p_batch rows of each kind past a queue''s retention; returns how many users saw go (purged) and how many went in all';
 
 -- Dedup keys of completed items past the queue's dedup window (all of them
 -- when the queue has none), at most p_batch; returns how many.  Not
@@ -158,7 +165,7 @@ BEGIN
         RAISE EXCEPTION 'queue "%" does not exist', v_name
             USING ERRCODE = 'undefined_object';
     END IF;
-    RETURN queue._retention(v_name, queue._sweep_batch())
+    RETURN (SELECT r.removed FROM queue._retention(v_name, queue._sweep_batch()) r)
            + queue._forget_dedup_keys(v_name, queue._sweep_batch());
 END
 $$;
@@ -279,7 +286,7 @@ BEGIN
     END IF;
 
     -- Retention: one batch of each kind (run_sweep() goes on until done).
-    purged := queue._retention(p_queue, v_batch);
+    SELECT r.purged INTO purged FROM queue._retention(p_queue, v_batch) r;
     PERFORM queue._forget_dedup_keys(p_queue, v_batch);
 
     -- Breaker: an open breaker pauses the queue; a closed one may trip on

@@ -180,7 +180,7 @@ BEGIN
     END IF;
 
     -- Retention: one batch of each kind (run_sweep() goes on until done).
-    purged := queue._retention(p_queue, v_batch);
+    SELECT r.purged INTO purged FROM queue._retention(p_queue, v_batch) r;
     PERFORM queue._forget_dedup_keys(p_queue, v_batch);
 
     -- Breaker: an open breaker pauses the queue; a closed one may trip on
