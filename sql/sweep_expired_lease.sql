@@ -26,3 +26,20 @@ SELECT recovered, dead_lettered, expired, aged, purged FROM queue.sweep() WHERE 
 SELECT failed_1h FROM queue.stats('se_q');
 
 SELECT queue.drop_queue('se_q', force => true);
+
+-- case: the same for a lease that offline recovery ends: an item of an
+-- offline worker that is past its expires_at is expired, not recovered
+-- (its ended lease is one failed attempt)
+SELECT queue.create_queue('se_off', lease_timeout => '1 h');
+SELECT queue.enqueue('se_off', '{"k": "expiring"}', expires_at => now() + interval '1 h') AS ox \gset
+SELECT queue.enqueue('se_off', '{"k": "recovered"}') AS ol \gset
+SELECT count(*) AS claimed FROM queue.dequeue('se_off', 'se-w-off', batch_size => 2);
+UPDATE queue.worker_registry SET last_seen = now() - interval '1 h' WHERE worker = 'se-w-off';
+UPDATE queue.item_live SET expires_at = now() - interval '1 s'
+ WHERE queue_name = 'se_off' AND item_id = :ox;
+SELECT recovered, dead_lettered, expired, aged, purged FROM queue.sweep() WHERE queue_name = 'se_off';
+SELECT payload->>'k' AS k, state FROM queue.items WHERE queue_name = 'se_off' ORDER BY item_id;
+SELECT payload->>'k' AS k, reason, attempts FROM queue.dead_letters WHERE queue_name = 'se_off';
+SELECT failed_1h FROM queue.stats('se_off');
+SELECT queue.drop_queue('se_off', force => true);
+DELETE FROM queue.worker_registry WHERE worker = 'se-w-off';
