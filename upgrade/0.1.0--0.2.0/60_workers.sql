@@ -278,6 +278,7 @@ RETURNS record LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
+    v_now timestamptz := now();
     v_cutoff timestamptz := now() - make_interval(secs => queue._worker_offline_after());
     r record;
     v_workers text[] := '{}';
@@ -286,7 +287,8 @@ BEGIN
     recovered := 0;
     dead_lettered := 0;
     FOR r IN
-        SELECT i.item_id, i.worker
+        SELECT i.item_id, i.worker,
+               (i.expires_at IS NOT NULL AND i.expires_at <= v_now) AS expiring
           FROM queue.item_live i
           JOIN queue.worker_registry w ON w.worker = i.worker
          WHERE i.queue_name = p_queue AND i.worker IS NOT NULL AND i.lease_token IS NOT NULL
@@ -297,7 +299,11 @@ BEGIN
     LOOP
         CASE queue._end_lease(p_queue, r.item_id, 'offline', 'worker offline', 'worker_offline')
             WHEN 'recovered' THEN
-                recovered := recovered + 1;
+                -- an item past its expires_at is not claimable again: the
+                -- sweep buries it next and counts it once, as expired
+                IF NOT r.expiring THEN
+                    recovered := recovered + 1;
+                END IF;
             WHEN 'dead' THEN
                 dead_lettered := dead_lettered + 1;
             ELSE
