@@ -312,7 +312,10 @@ SELECT jobname, schedule, command, database = current_database() AS here, active
   FROM cron.job ORDER BY jobname;
 SELECT queue.enable_cron('*/5 * * * *', '*/2 * * * *');
 SELECT jobname, schedule FROM cron.job ORDER BY jobname;
+-- a schedule pg_cron refuses: 22023 naming the argument, and nothing changes
 SELECT queue.enable_cron('not a schedule');
+SELECT queue.enable_cron('*/10 * * * *', 'every minute');
+SELECT jobname, schedule FROM cron.job ORDER BY jobname;
 SELECT queue.disable_cron();
 SELECT count(*) AS jobs FROM cron.job;
 SELECT queue.disable_cron();
