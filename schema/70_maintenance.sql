@@ -1049,11 +1049,25 @@ BEGIN
     END IF;
     PERFORM queue._require_pg_cron();
     -- scheduling by name replaces a job of the same name: enabling twice
-    -- changes the schedules, never adds jobs
-    PERFORM cron.schedule_in_database('queue_sweep', enable_cron.sweep_schedule,
-                                      'CALL queue.run_sweep()', current_database());
-    PERFORM cron.schedule_in_database('queue_snapshot_metrics', enable_cron.metrics_schedule,
-                                      'SELECT queue.snapshot_metrics()', current_database());
+    -- changes the schedules, never adds jobs.  pg_cron judges the schedule
+    -- text (its forms vary with its version); a refusal names the argument,
+    -- and the statement's error leaves both jobs as they were.
+    BEGIN
+        PERFORM cron.schedule_in_database('queue_sweep', enable_cron.sweep_schedule,
+                                          'CALL queue.run_sweep()', current_database());
+    EXCEPTION WHEN invalid_parameter_value THEN
+        RAISE EXCEPTION 'invalid sweep_schedule "%"', left(enable_cron.sweep_schedule, 200)
+            USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM,
+                  HINT = 'Give a pg_cron schedule: five cron fields such as ''*/5 * * * *'' (every 5 minutes), or @hourly, @daily.';
+    END;
+    BEGIN
+        PERFORM cron.schedule_in_database('queue_snapshot_metrics', enable_cron.metrics_schedule,
+                                          'SELECT queue.snapshot_metrics()', current_database());
+    EXCEPTION WHEN invalid_parameter_value THEN
+        RAISE EXCEPTION 'invalid metrics_schedule "%"', left(enable_cron.metrics_schedule, 200)
+            USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM,
+                  HINT = 'Give a pg_cron schedule: five cron fields such as ''*/5 * * * *'' (every 5 minutes), or @hourly, @daily.';
+    END;
 END
 $$;
 COMMENT ON FUNCTION queue.enable_cron(text, text)
