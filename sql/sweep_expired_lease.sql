@@ -20,6 +20,11 @@ SELECT payload->>'k' AS k, state FROM queue.items WHERE queue_name = 'se_q' ORDE
 SELECT payload->>'k' AS k, reason, attempts FROM queue.dead_letters WHERE queue_name = 'se_q';
 -- both lost leases are failed attempts, once each
 SELECT failed_1h FROM queue.stats('se_q');
+-- the expiring item's trail is that of a dequeue meeting it: failed, then
+-- expired (it was never claimable again: no recovered event)
+SELECT e.kind FROM queue.events e WHERE e.queue_name = 'se_q' AND e.item_id = :x ORDER BY e.event_id;
+SELECT jsonb_array_length(errors) AS errors, errors -> 0 ->> 'error_code' AS code
+  FROM queue.dead_letters WHERE queue_name = 'se_q' AND item_id = :x;
 
 -- case: idempotent
 SELECT recovered, dead_lettered, expired, aged, purged FROM queue.sweep() WHERE queue_name = 'se_q';
