@@ -422,7 +422,6 @@ DECLARE
     v_batch int := queue._sweep_batch();
     v_now timestamptz := now();
     v_id bigint;
-    r record;
     v_n bigint;
     v_aging float8;
 BEGIN
@@ -450,23 +449,22 @@ BEGIN
 
     -- Lost leases count once as failed outcomes (failed_1h, health, the
     -- breaker below) as soon as sweep meets them, and are reported as
-    -- recovered; the items stay claimable.  An item past its expires_at
-    -- is not claimable again: its lost lease counts as a failure, but the
-    -- item is reported once, as expired (below).  A cancel-requested
-    -- item's lease is no outcome: it is buried below.
-    FOR r IN
-        SELECT i.item_id,
-               (i.expires_at IS NOT NULL AND i.expires_at <= v_now) AS expiring
-          FROM queue.item_live i
+    -- recovered; the items stay claimable.  An item past its expires_at is
+    -- not claimable again: the expiry below buries it and counts its lost
+    -- lease there (queue._bury), as a dequeue that meets it does.  A
+    -- cancel-requested item's lease is no outcome: it is buried below.
+    FOR v_id IN
+        SELECT i.item_id FROM queue.item_live i
          WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
            AND i.lease_token IS NOT NULL AND i.lease_expires_at <= v_now
            AND i.attempt < i.max_attempts AND NOT i.lost_counted
            AND i.cancel_requested_at IS NULL
+           AND NOT (i.expires_at IS NOT NULL AND i.expires_at <= v_now)
          ORDER BY i.item_id
          LIMIT v_batch
            FOR UPDATE SKIP LOCKED
     LOOP
-        IF queue._lease_lost(p_queue, r.item_id) AND NOT r.expiring THEN
+        IF queue._lease_lost(p_queue, v_id) THEN
             recovered := recovered + 1;
         END IF;
     END LOOP;
