@@ -1,6 +1,7 @@
--- sweep's purged counts the rows retention removed from what users read:
--- the history, resolved or rejected dead letters, events, cleared alerts
--- and metrics snapshots, so that it equals what went from those relations.
+-- sweep's purged counts the rows retention removed of the kinds it keeps
+-- for the queue's retention: the history, resolved or rejected dead
+-- letters, events and metrics snapshots, so that it equals what went from
+-- those relations.
 -- Time passes by rewriting timestamps as superuser, not by sleeping.
 \set VERBOSITY terse
 
@@ -37,5 +38,13 @@ SELECT review_status FROM queue.dead_letters WHERE queue_name = 'rp_q';
 
 -- case: nothing more is due
 SELECT purged FROM queue.sweep() WHERE queue_name = 'rp_q';
+
+-- case: purged counts the kinds retention keeps for the queue's retention
+-- (history, reviewed dead letters, events, metrics): an alert cleared long
+-- ago is tidied away too, but is not one of them
+INSERT INTO queue.alerts (queue_name, kind, message, raised_at, cleared_at)
+VALUES ('rp_q', 'sla_warning', 'old', now() - interval '3 days', now() - interval '2 days');
+SELECT purged FROM queue.sweep() WHERE queue_name = 'rp_q';
+SELECT count(*) AS old_alerts FROM queue.alerts WHERE queue_name = 'rp_q' AND cleared_at IS NOT NULL;
 
 SELECT queue.drop_queue('rp_q', force => true);
