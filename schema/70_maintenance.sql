@@ -241,11 +241,11 @@ $$;
 COMMENT ON FUNCTION queue._sweep_alerts(text) IS 'Raises and clears the alerts of one queue';
 
 -- Retention of one queue: removes at most p_batch rows of each kind that
--- the queue no longer keeps.  purged is how many rows went from what users
--- read (the history, reviewed dead letters, events, cleared alerts and
--- metrics snapshots: sweep() reports it), removed how many went in all,
--- the failed attempts behind failed_1h and the breaker too (0 when nothing
--- is due).  The one place that knows what retention removes and how long
+-- the queue no longer keeps.  purged is how many rows went of the kinds
+-- kept for the queue's retention (the history, reviewed dead letters,
+-- events and metrics snapshots: sweep() reports it), removed how many went
+-- in all, the failed attempts behind failed_1h and the breaker and the
+-- cleared alerts too (0 when nothing is due).  The one place that knows what retention removes and how long
 -- each kind is kept; the partitions of the history, the events and the
 -- failure log go whole (maintain_history), so only what lies outside them
 -- is deleted here.
@@ -260,6 +260,7 @@ DECLARE
     v_n bigint;
     v_purged bigint := 0;
     v_failures bigint;
+    v_alerts bigint;
     v_keep_outcomes interval;
     v_oldest_kept timestamptz;
     v_counted timestamptz;
@@ -321,7 +322,7 @@ BEGIN
     v_failures := queue._history_delete('failure_log', p_queue, v_keep_outcomes,
                                         v_now, p_batch);
 
-    -- cleared alerts:
+    -- cleared alerts (tidied away, not one of the kinds purged counts):
     WITH d AS (
         DELETE FROM queue.alerts a
          WHERE a.queue_name = p_queue
@@ -330,8 +331,7 @@ BEGIN
                                  AND x.cleared_at < v_now - c.retention
                                LIMIT p_batch))
         RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    v_purged := v_purged + v_n;
+    SELECT count(*) INTO v_alerts FROM d;
 
     -- metrics snapshots, always keeping the newest three (health's backlog rule):
     SELECT m.taken_at INTO v_oldest_kept FROM queue.metrics_history m
@@ -350,11 +350,11 @@ BEGIN
     v_purged := v_purged + v_n;
 
     purged := v_purged;
-    removed := v_purged + v_failures;
+    removed := v_purged + v_failures + v_alerts;
 END
 $$;
 COMMENT ON FUNCTION queue._retention(text, int)
-    IS 'Removes at most p_batch rows of each kind past a queue''s retention; returns how many users saw go (purged) and how many went in all';
+    IS 'Removes at most p_batch rows of each kind past a queue''s retention; returns how many of the retention kinds went (purged) and how many rows in all';
 
 -- Dedup keys of completed items past the queue's dedup window (all of them
 -- when the queue has none), at most p_batch; returns how many.  Not

@@ -108,9 +108,9 @@ SELECT ordinality, payload->>'k' AS k
 SELECT queue.drop_queue('m_age_lost', force => true);
 
 -- case: retention purges processed history, reviewed dead letters, events,
--- failures, cleared alerts and old metrics (purged counts them, but for the
--- failed attempts, which no view shows), and the dedup keys past the
--- window go too (not counted: not retention)
+-- failures, cleared alerts and old metrics (purged counts history, dead
+-- letters, events and metrics), and the dedup keys past the window go too
+-- (not counted: not retention)
 SELECT queue.enqueue('m_ret', '{"k": "old"}', dedup_key => 'k-old') AS r_old \gset
 SELECT queue.enqueue('m_ret', '{"k": "new"}', dedup_key => 'k-new') AS r_new \gset
 SELECT queue.enqueue('m_ret', '{"k": "dead resolved"}') AS r_dres \gset

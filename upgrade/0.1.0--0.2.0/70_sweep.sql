@@ -26,6 +26,7 @@ DECLARE
     v_n bigint;
     v_purged bigint := 0;
     v_failures bigint;
+    v_alerts bigint;
     v_keep_outcomes interval;
     v_oldest_kept timestamptz;
     v_counted timestamptz;
@@ -87,7 +88,7 @@ BEGIN
     v_failures := queue._history_delete('failure_log', p_queue, v_keep_outcomes,
                                         v_now, p_batch);
 
-    -- cleared alerts:
+    -- cleared alerts (tidied away, not one of the kinds purged counts):
     WITH d AS (
         DELETE FROM queue.alerts a
          WHERE a.queue_name = p_queue
@@ -96,8 +97,7 @@ BEGIN
                                  AND x.cleared_at < v_now - c.retention
                                LIMIT p_batch))
         RETURNING 1)
-    SELECT count(*) INTO v_n FROM d;
-    v_purged := v_purged + v_n;
+    SELECT count(*) INTO v_alerts FROM d;
 
     -- metrics snapshots, always keeping the newest three (health's backlog rule):
     SELECT m.taken_at INTO v_oldest_kept FROM queue.metrics_history m
@@ -116,11 +116,11 @@ BEGIN
     v_purged := v_purged + v_n;
 
     purged := v_purged;
-    removed := v_purged + v_failures;
+    removed := v_purged + v_failures + v_alerts;
 END
 $$;
 COMMENT ON FUNCTION queue._retention(text, int)
-    IS 'Removes at most p_batch rows of each kind past a queue''s retention; returns how many users saw go (purged) and how many went in all';
+    IS 'Removes at most p_batch rows of each kind past a queue''s retention; returns how many of the retention kinds went (purged) and how many rows in all';
 
 -- Dedup keys of completed items past the queue's dedup window (all of them
 -- when the queue has none), at most p_batch; returns how many.  Not
