@@ -20,7 +20,7 @@ SELECT queue.drop_queue('lc_drop', force => true);
 -- backdated run_at has not waited past the sla
 SELECT queue.create_queue('lc_route', sla => '1 min');
 SELECT count(queue.enqueue('lc_route', '{}', run_at => now() - interval '1 hour',
-                           requires => ARRAY['gpu'])) AS enqueued;
+                           requires => ARRAY['lc_fpga'])) AS enqueued;
 SELECT status, reasons FROM queue.health('lc_route');
 SELECT count(*) FROM queue.sweep('lc_route');
 SELECT count(*) AS open_unroutable FROM queue.alerts
