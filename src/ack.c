@@ -819,13 +819,18 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 /*
  * Backoff before the next attempt after a transient failure of `attempt`:
  * least(backoff_max, backoff_base * backoff_factor^(attempt-1)), spread by
- * +/- backoff_jitter.
+ * +/- backoff_jitter.  A power too large for a float8 (a large factor, or
+ * many attempts) is capped at backoff_max; a backoff_base of 0 stays 0
+ * (0 times an overflowed power is NaN, not the cap).
  */
 static double
 backoff_seconds(const QueueConfig *cfg, int32 attempt)
 {
-	double		delay = cfg->backoff_base_s * pow(cfg->backoff_factor, Max(attempt - 1, 0));
+	double		delay;
 
+	if (cfg->backoff_base_s <= 0)
+		return 0.0;
+	delay = cfg->backoff_base_s * pow(cfg->backoff_factor, Max(attempt - 1, 0));
 	if (delay > cfg->backoff_max_s || isinf(delay) || isnan(delay))
 		delay = cfg->backoff_max_s;
 	if (cfg->backoff_jitter > 0)
