@@ -206,7 +206,7 @@ RETURNS jsonb LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
-    v_at timestamptz := coalesce(p_at, statement_timestamp());
+    v_at timestamptz := coalesce(p_at, greatest(statement_timestamp(), transaction_timestamp()));
 BEGIN
     INSERT INTO queue.failure_log (queue_name, item_id, attempt, worker, kind, error_code, error)
     VALUES (p_queue, p_item_id, p_attempt, p_worker, p_kind, p_error_code, p_error);
@@ -244,10 +244,12 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
+    -- (the clock: the statement's start, or the transaction's when later,
+    -- as in a procedure that commits, see _lease_lost)
     IF r.cancel_requested_at IS NOT NULL THEN
         p_reason := 'cancelled';
     ELSIF p_reason = 'expired' AND r.lease_token IS NOT NULL AND r.attempt >= r.max_attempts
-          AND r.lease_expires_at <= statement_timestamp() THEN
+          AND r.lease_expires_at <= greatest(statement_timestamp(), transaction_timestamp()) THEN
         -- a lost lease on the last attempt is a lease_expired dead letter
         -- whoever meets it first (sweep buries those before expiring items)
         p_reason := 'lease_expired';
@@ -272,7 +274,7 @@ BEGIN
         -- (a dequeue or an enqueue met it before sweep did): its lost lease
         -- is a failed attempt, counted once, as sweep counts it first
         IF r.lease_token IS NOT NULL AND NOT r.lost_counted
-           AND r.lease_expires_at <= statement_timestamp() THEN
+           AND r.lease_expires_at <= greatest(statement_timestamp(), transaction_timestamp()) THEN
             r.last_error := 'lease expired';
             r.error_code := 'lease_expired';
             r.errors := r.errors || jsonb_build_array(queue._record_failure(
@@ -371,7 +373,11 @@ BEGIN
      WHERE i.queue_name = p_queue AND i.item_id = p_item_id
        AND i.lease_token IS NOT NULL AND NOT i.lost_counted
        FOR UPDATE;
-    IF NOT FOUND OR v_expires > statement_timestamp() THEN
+    -- judged by the statement's start, or by the transaction's when that
+    -- is later: in a procedure that commits (CALL queue.run_sweep(), one
+    -- transaction per queue) statement_timestamp() stays at the CALL, and
+    -- a lease that ran out since would not be counted
+    IF NOT FOUND OR v_expires > greatest(statement_timestamp(), transaction_timestamp()) THEN
         RETURN false;
     END IF;
     v_entry := jsonb_build_array(queue._record_failure(

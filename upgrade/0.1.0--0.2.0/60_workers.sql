@@ -32,7 +32,7 @@ RETURNS jsonb LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
-    v_at timestamptz := coalesce(p_at, statement_timestamp());
+    v_at timestamptz := coalesce(p_at, greatest(statement_timestamp(), transaction_timestamp()));
 BEGIN
     INSERT INTO queue.failure_log (queue_name, item_id, attempt, worker, kind, error_code, error)
     VALUES (p_queue, p_item_id, p_attempt, p_worker, p_kind, p_error_code, p_error);
@@ -65,10 +65,12 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
+    -- (the clock: the statement's start, or the transaction's when later,
+    -- as in a procedure that commits, see _lease_lost)
     IF r.cancel_requested_at IS NOT NULL THEN
         p_reason := 'cancelled';
     ELSIF p_reason = 'expired' AND r.lease_token IS NOT NULL AND r.attempt >= r.max_attempts
-          AND r.lease_expires_at <= statement_timestamp() THEN
+          AND r.lease_expires_at <= greatest(statement_timestamp(), transaction_timestamp()) THEN
         -- a lost lease on the last attempt is a lease_expired dead letter
         -- whoever meets it first (sweep buries those before expiring items)
         p_reason := 'lease_expired';
@@ -93,7 +95,7 @@ BEGIN
         -- (a dequeue or an enqueue met it before sweep did): its lost lease
         -- is a failed attempt, counted once, as sweep counts it first
         IF r.lease_token IS NOT NULL AND NOT r.lost_counted
-           AND r.lease_expires_at <= statement_timestamp() THEN
+           AND r.lease_expires_at <= greatest(statement_timestamp(), transaction_timestamp()) THEN
             r.last_error := 'lease expired';
             r.error_code := 'lease_expired';
             r.errors := r.errors || jsonb_build_array(queue._record_failure(

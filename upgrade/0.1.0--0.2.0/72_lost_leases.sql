@@ -44,7 +44,11 @@ BEGIN
      WHERE i.queue_name = p_queue AND i.item_id = p_item_id
        AND i.lease_token IS NOT NULL AND NOT i.lost_counted
        FOR UPDATE;
-    IF NOT FOUND OR v_expires > statement_timestamp() THEN
+    -- judged by the statement's start, or by the transaction's when that
+    -- is later: in a procedure that commits (CALL queue.run_sweep(), one
+    -- transaction per queue) statement_timestamp() stays at the CALL, and
+    -- a lease that ran out since would not be counted
+    IF NOT FOUND OR v_expires > greatest(statement_timestamp(), transaction_timestamp()) THEN
         RETURN false;
     END IF;
     v_entry := jsonb_build_array(queue._record_failure(
