@@ -819,23 +819,43 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 /*
  * Backoff before the next attempt after a transient failure of `attempt`:
  * least(backoff_max, backoff_base * backoff_factor^(attempt-1)), spread by
- * +/- backoff_jitter.  A power too large for a float8 (a large factor, or
- * many attempts) is capped at backoff_max; a backoff_base of 0 stays 0
- * (0 times an overflowed power is NaN, not the cap).
+ * +/- backoff_jitter, computed as that SQL expression computes it on
+ * intervals (interval * float8, least by interval comparison), so that
+ * once added to now() a month of backoff is a calendar month and a year a
+ * calendar year, as for fail's retry_in.  A power too large for a float8
+ * (a large factor, or many attempts), or a product far past backoff_max,
+ * is capped at backoff_max before any multiplication could overflow an
+ * interval; a backoff_base of 0 stays 0 (0 times an overflowed power is
+ * NaN, not the cap).
  */
-static double
-backoff_seconds(const QueueConfig *cfg, int32 attempt)
+static Interval
+backoff_interval(const QueueConfig *cfg, int32 attempt)
 {
-	double		delay;
+	double		power = pow(cfg->backoff_factor, Max(attempt - 1, 0));
+	double		approx = cfg->backoff_base_s * power;
+	Interval	delay;
 
 	if (cfg->backoff_base_s <= 0)
-		return 0.0;
-	delay = cfg->backoff_base_s * pow(cfg->backoff_factor, Max(attempt - 1, 0));
-	if (delay > cfg->backoff_max_s || isinf(delay) || isnan(delay))
-		delay = cfg->backoff_max_s;
+	{
+		memset(&delay, 0, sizeof(delay));
+		return delay;
+	}
+	if (isinf(approx) || isnan(approx) || approx > 2.0 * cfg->backoff_max_s)
+		delay = cfg->backoff_max;
+	else
+	{
+		delay = *DatumGetIntervalP(DirectFunctionCall2(interval_mul,
+													   IntervalPGetDatum(&cfg->backoff_base),
+													   Float8GetDatum(power)));
+		if (DatumGetInt32(DirectFunctionCall2(interval_cmp, IntervalPGetDatum(&delay),
+											  IntervalPGetDatum(&cfg->backoff_max))) > 0)
+			delay = cfg->backoff_max;
+	}
 	if (cfg->backoff_jitter > 0)
-		delay *= 1.0 + cfg->backoff_jitter * (2.0 * pg_prng_double(&pg_global_prng_state) - 1.0);
-	return Max(delay, 0.0);
+		delay = *DatumGetIntervalP(DirectFunctionCall2(interval_mul, IntervalPGetDatum(&delay),
+													   Float8GetDatum(1.0 + cfg->backoff_jitter *
+																	  (2.0 * pg_prng_double(&pg_global_prng_state) - 1.0))));
+	return delay;
 }
 
 /*
@@ -982,10 +1002,9 @@ queue_fail(PG_FUNCTION_ARGS)
 		rv[1] = values[1];
 		if (retry_s < 0)
 		{
-			/* the backoff, a duration in microseconds */
-			retry_s = backoff_seconds(&cfg, attempt);
-			memset(&backoff, 0, sizeof(backoff));
-			backoff.time = (int64) rint(retry_s * USECS_PER_SEC);
+			/* the backoff, an interval added to now() as retry_in is */
+			backoff = backoff_interval(&cfg, attempt);
+			retry_s = queue_interval_seconds(&backoff);
 			rv[2] = IntervalPGetDatum(&backoff);
 		}
 		else

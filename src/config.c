@@ -125,7 +125,8 @@ static SPIPlanPtr config_plan = NULL;
 	"       restrict_reader, restrict_producer, restrict_worker, " \
 	"       /* read through to_jsonb: 0.1.0's table has no flow columns */ " \
 	"       (pg_catalog.to_jsonb(q)" OP("->>") "'flow_limits')::pg_catalog.bool, " \
-	"       (pg_catalog.to_jsonb(q)" OP("->>") "'flow_rate')::pg_catalog.bool " \
+	"       (pg_catalog.to_jsonb(q)" OP("->>") "'flow_rate')::pg_catalog.bool, " \
+	"       backoff_base, backoff_max " \
 	"  FROM queue.queue_config q WHERE queue_name" OP("=") "$1"
 
 /*
@@ -219,6 +220,8 @@ load_entry(const char *queue_name, ConfigEntry *e)
 	cfg->backoff_factor = DatumGetFloat8(SPI_getbinval(tup, desc, 4, &isnull));
 	cfg->backoff_max_s = DatumGetFloat8(SPI_getbinval(tup, desc, 5, &isnull));
 	cfg->backoff_jitter = DatumGetFloat8(SPI_getbinval(tup, desc, 6, &isnull));
+	cfg->backoff_base = *DatumGetIntervalP(SPI_getbinval(tup, desc, 23, &isnull));
+	cfg->backoff_max = *DatumGetIntervalP(SPI_getbinval(tup, desc, 24, &isnull));
 	d = SPI_getbinval(tup, desc, 7, &isnull);
 	cfg->has_item_ttl = !isnull;
 	if (!isnull)

@@ -99,6 +99,8 @@ typedef struct QueueConfig
 	double		backoff_factor;		/* growth per attempt */
 	double		backoff_max_s;		/* backoff cap, seconds */
 	double		backoff_jitter;		/* +/- fraction */
+	Interval	backoff_base;		/* the same two as intervals: a backoff */
+	Interval	backoff_max;		/* is computed in interval arithmetic */
 	bool		has_item_ttl;		/* item_ttl set? */
 	Interval	item_ttl;
 	bool		has_dedup_window;	/* dedup_window set? */
