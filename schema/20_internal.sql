@@ -133,17 +133,28 @@ COMMENT ON FUNCTION queue._excerpt(text, int) IS 'A caller''s text as alerts quo
 CREATE FUNCTION queue._raise_alert(p_queue text, p_kind text, p_message text,
                                    p_details jsonb DEFAULT '{}')
 RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off SET lock_timeout = '1ms' AS $$
 #variable_conflict use_column
 DECLARE
     v_row queue.alerts;
     v_payload text;
     v_channel text;
 BEGIN
-    INSERT INTO queue.alerts (queue_name, kind, message, details)
-    VALUES (p_queue, p_kind, queue._excerpt(p_message, 1000), coalesce(p_details, '{}'))
-    ON CONFLICT (queue_name, kind) WHERE cleared_at IS NULL DO NOTHING
-    RETURNING * INTO v_row;
+    -- An alert of this kind that another transaction is raising (its row
+    -- inserted, not yet committed) is the one open alert: the caller, a
+    -- dequeue or fail that made a dead letter or tripped the breaker, does
+    -- not wait for that transaction (a bot's, perhaps held open), it goes
+    -- on without raising.  Should that transaction roll back, sweep raises
+    -- the alert for what is still there.  (lock_timeout bounds the wait
+    -- for the other insert to the millisecond this function allows.)
+    BEGIN
+        INSERT INTO queue.alerts (queue_name, kind, message, details)
+        VALUES (p_queue, p_kind, queue._excerpt(p_message, 1000), coalesce(p_details, '{}'))
+        ON CONFLICT (queue_name, kind) WHERE cleared_at IS NULL DO NOTHING
+        RETURNING * INTO v_row;
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN false;
+    END;
     IF v_row.alert_id IS NULL THEN
         RETURN false;
     END IF;
