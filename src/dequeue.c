@@ -290,9 +290,16 @@ static SPIPlanPtr peek_lane_plan = NULL;
 #define REGISTER_SQL_V1 \
 	"INSERT INTO queue.worker_registry (worker) VALUES ($1) ON CONFLICT (worker) DO NOTHING"
 
+/*
+ * The worker's row is taken SKIP LOCKED, as a sign of life takes it
+ * (worker.c): another connection of the worker writing it (its own
+ * dequeue refreshing last_seen, a heartbeat) is never waited for.
+ */
 #define SEEN_SQL \
-	"UPDATE queue.worker_registry SET last_seen = pg_catalog.now() " \
-	" WHERE worker" OP("=") "$1"
+	"UPDATE queue.worker_registry w SET last_seen = pg_catalog.now() " \
+	"  FROM (SELECT x.worker FROM queue.worker_registry x " \
+	"         WHERE x.worker" OP("=") "$1 FOR UPDATE SKIP LOCKED) s " \
+	" WHERE w.worker" OP("=") "s.worker"
 
 /* the worker's row lock serialises the capacity check of its sessions */
 #define WORKER_LOCK_SQL \
@@ -433,7 +440,9 @@ worker_seen(Datum worker, QueueWorkerGates *gates)
 	{
 		queue_spi_exec(queue_prepare_cached(&seen_plan, SEEN_SQL, 1, argtypes),
 					   &worker, NULL, false, 0, SPI_OK_UPDATE, "refreshing worker");
-		queue_worker_seen(worker, now);
+		/* skipped (the row was held): the next call tries again */
+		if (SPI_processed > 0)
+			queue_worker_seen(worker, now);
 	}
 	return true;
 }
