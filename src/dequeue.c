@@ -47,6 +47,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "common/pg_prng.h"
 #include "fmgr.h"
@@ -58,6 +59,7 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 #include "queue.h"
@@ -412,6 +414,57 @@ stripe_room(Datum qname, int s, int nstripes, int32 cap)
 }
 
 /*
+ * Register a worker that this dequeue names for the first time.  Another
+ * connection of the same new worker may be registering it in a
+ * transaction still open: its row is the registration, and this claim
+ * does not wait for that transaction to end (an INSERT ... ON CONFLICT
+ * would, for the other insert's outcome), as SKIP LOCKED would not.  The
+ * insert runs in a subtransaction under a lock_timeout of a millisecond;
+ * when it times out, the other connection's registration stands (or, if
+ * that rolls back, the worker's next call registers it).
+ */
+static void
+register_new_worker(Datum worker)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	MemoryContext oldcontext = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcontext);
+	PG_TRY();
+	{
+		int			guc_level = NewGUCNestLevel();
+
+		(void) set_config_option("lock_timeout", "1", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+		queue_spi_exec(queue_schema_current() ?
+					   queue_prepare_cached(&register_plan, REGISTER_SQL, 1, argtypes) :
+					   queue_prepare_cached(&register_plan_v1, REGISTER_SQL_V1, 1, argtypes),
+					   &worker, NULL, false, 0, SPI_OK_INSERT, "registering worker");
+		AtEOXact_GUC(false, guc_level);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcontext);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			ReThrowError(edata);
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+}
+
+/*
  * A dequeue is a sign of life of its worker, whatever it hands out (a
  * paused queue, an open breaker, a draining worker): registers an unknown
  * worker and refreshes last_seen now and then.  Returns false for a worker
@@ -426,10 +479,7 @@ worker_seen(Datum worker, QueueWorkerGates *gates)
 	if (!queue_load_worker(worker, gates))
 	{
 		/* unknown workers are registered on their first dequeue */
-		queue_spi_exec(queue_schema_current() ?
-					   queue_prepare_cached(&register_plan, REGISTER_SQL, 1, argtypes) :
-					   queue_prepare_cached(&register_plan_v1, REGISTER_SQL_V1, 1, argtypes),
-					   &worker, NULL, false, 0, SPI_OK_INSERT, "registering worker");
+		register_new_worker(worker);
 		return false;
 	}
 	/*
