@@ -143,10 +143,10 @@ COMMENT ON FUNCTION queue._key_touched()
 -- common case of a group's first item, which then costs no second write);
 -- it is parked here if the group turns out to have a head.  Takes the
 -- group's row lock; called at commit (see the triggers below), by review
--- and by sweep.
-DROP FUNCTION IF EXISTS queue._group_settle(text, text, bigint);
-CREATE OR REPLACE FUNCTION queue._group_settle(p_queue text, p_group text, p_left bigint,
-                                               p_new bigint DEFAULT NULL)
+-- and by sweep, after the groups of the commit are locked in their order
+-- (queue._group_settle).
+CREATE OR REPLACE FUNCTION queue._group_settle_locked(p_queue text, p_group text, p_left bigint,
+                                                      p_new bigint DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
@@ -157,9 +157,8 @@ DECLARE
     v_first_pos bigint;
     v_new_id bigint;
     v_new_pos bigint;
+    v_promoted bigint;
 BEGIN
-    -- every group and key of this commit first, in one order (see above)
-    PERFORM queue._flow_lock_touched();
     IF NOT EXISTS (SELECT 1 FROM queue.queue_config c WHERE c.queue_name = p_queue) THEN
         RETURN;     -- the queue was dropped
     END IF;
@@ -168,6 +167,20 @@ BEGIN
     SELECT * INTO g FROM queue.flow_group f
      WHERE f.queue_name = p_queue AND f.group_key = p_group FOR UPDATE;
     IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    -- a dequeue of this transaction that dead-lettered the head made the
+    -- next member the head already (queue._group_move_on)
+    v_promoted := queue._group_promoted(p_queue, p_group);
+    IF v_promoted IS NOT NULL AND v_promoted IS DISTINCT FROM p_left
+       AND EXISTS (SELECT 1 FROM queue.item_live i
+                    WHERE i.queue_name = p_queue AND i.item_id = v_promoted
+                      AND NOT i.group_wait) THEN
+        IF p_new IS DISTINCT FROM v_promoted THEN
+            PERFORM queue._group_park(p_queue, p_new);
+        END IF;
+        UPDATE queue.flow_group f SET head_id = v_promoted, blocked_by = NULL
+         WHERE f.queue_name = p_queue AND f.group_key = p_group;
         RETURN;
     END IF;
     -- a head that died blocks its group where the queue says so
@@ -226,8 +239,102 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION queue._group_settle(text, text, bigint, bigint)
+COMMENT ON FUNCTION queue._group_settle_locked(text, text, bigint, bigint)
     IS 'Promotes the next item of a group to its head unless it has one or a dead head blocks it';
+
+-- The same, after every group and key of this commit is locked, in one
+-- order (see above).
+DROP FUNCTION IF EXISTS queue._group_settle(text, text, bigint);
+CREATE OR REPLACE FUNCTION queue._group_settle(p_queue text, p_group text, p_left bigint,
+                                               p_new bigint DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+BEGIN
+    PERFORM queue._flow_lock_touched();
+    PERFORM queue._group_settle_locked(p_queue, p_group, p_left, p_new);
+END
+$$;
+COMMENT ON FUNCTION queue._group_settle(text, text, bigint, bigint)
+    IS 'Locks the groups of the commit in their order, then promotes the next item of a group to its head';
+
+-- The members a dequeue promoted without the group's lock (src/flow.c).
+CREATE OR REPLACE FUNCTION queue._group_promoted_note(p_queue text, p_group text, p_item bigint)
+RETURNS void LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'queue_group_promoted_note';
+COMMENT ON FUNCTION queue._group_promoted_note(text, text, bigint)
+    IS 'Notes a member this transaction made its group''s head without the group''s lock';
+CREATE OR REPLACE FUNCTION queue._group_promoted(p_queue text, p_group text)
+RETURNS bigint LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'queue_group_promoted';
+COMMENT ON FUNCTION queue._group_promoted(text, text)
+    IS 'The member this transaction last made the group''s head without its lock, if any';
+
+-- A dequeue dead-letters the items it meets that must not be handed out
+-- (expired, or a lost lease on its last attempt).  Where such an item was
+-- a group's head, the next member in line becomes the head right away,
+-- so that the same dequeue hands it out (the lowest-id live item is the
+-- head now), as it hands out the next ungrouped item.  Under
+-- group_on_dead = 'block' the dead head holds its group instead, which
+-- the commit records.  p_item_ids: the items the dequeue dead-lettered;
+-- those of no group, or not their group's head, are passed over.
+--
+-- Never waits, and takes no group lock before the commit (that would
+-- break the one order in which commits lock groups): the member is
+-- promoted under its own row lock, taken with SKIP LOCKED (a member
+-- another transaction holds is left to the commit, as before), and noted
+-- (queue._group_promoted_note) for the group's settle at commit, which
+-- takes it as the head under the group's lock.  Until this transaction
+-- commits, every other settle of the group sees the dead head still live
+-- and leaves the group alone.  Returns how many members it promoted.
+CREATE OR REPLACE FUNCTION queue._group_move_on(p_queue text, p_item_ids bigint[])
+RETURNS int LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+DECLARE
+    d record;
+    v_first bigint;
+    v_got bigint;
+    n int := 0;
+BEGIN
+    IF EXISTS (SELECT 1 FROM queue.queue_config c
+                WHERE c.queue_name = p_queue AND c.group_on_dead = 'block') THEN
+        RETURN 0;
+    END IF;
+    FOR d IN
+        SELECT dl.item_id, dl.group_key FROM queue.dead_letters dl
+         WHERE dl.queue_name = p_queue AND dl.item_id = ANY (p_item_ids)
+           AND dl.group_key IS NOT NULL
+         ORDER BY dl.item_id
+    LOOP
+        CONTINUE WHEN NOT EXISTS (SELECT 1 FROM queue.flow_group f
+                                   WHERE f.queue_name = p_queue AND f.group_key = d.group_key
+                                     AND f.head_id = d.item_id AND f.blocked_by IS NULL);
+        LOOP
+            SELECT w.item_id INTO v_first FROM queue.item_live w
+             WHERE w.queue_name = p_queue AND w.group_key = d.group_key AND w.group_wait
+             ORDER BY w.group_pos, w.item_id LIMIT 1;
+            EXIT WHEN v_first IS NULL;
+            SELECT i.item_id INTO v_got FROM queue.item_live i
+             WHERE i.queue_name = p_queue AND i.item_id = v_first AND i.group_wait
+               FOR UPDATE SKIP LOCKED;
+            IF v_got IS NULL THEN
+                -- held by another transaction: the commit settles the group
+                EXIT WHEN EXISTS (SELECT 1 FROM queue.item_live i
+                                   WHERE i.queue_name = p_queue AND i.item_id = v_first);
+                CONTINUE;   -- it left meanwhile: the next in line
+            END IF;
+            UPDATE queue.item_live i
+               SET group_wait = false,
+                   visible_at = CASE WHEN i.on_hold THEN 'infinity'::timestamptz
+                                     ELSE greatest(i.run_at, i.enqueued_at) END
+             WHERE i.queue_name = p_queue AND i.item_id = v_got;
+            PERFORM queue._group_promoted_note(p_queue, d.group_key, v_got);
+            n := n + 1;
+            EXIT;
+        END LOOP;
+    END LOOP;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION queue._group_move_on(text, bigint[])
+    IS 'Makes the next members the heads of the groups whose heads a dequeue dead-lettered, where they are free';
 
 -- Park an item that was inserted as a presumed head after all.  One
 -- claimed by its own enqueuing transaction cannot wait any more: that

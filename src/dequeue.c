@@ -144,6 +144,7 @@ static SPIPlanPtr worker_load_plan = NULL;
 static SPIPlanPtr worker_wait_plan = NULL;
 static SPIPlanPtr in_flight_plan = NULL;
 static SPIPlanPtr bury_plan = NULL;
+static SPIPlanPtr move_on_plan = NULL;
 static SPIPlanPtr lost_plan = NULL;
 static SPIPlanPtr claimed_event_plan = NULL;
 static SPIPlanPtr lane_claim_plan = NULL;
@@ -355,6 +356,14 @@ static SPIPlanPtr peek_lane_plan = NULL;
 
 #define BURY_SQL \
 	"SELECT queue._bury($1, $2, $3, NULL, NULL)"
+
+/*
+ * The groups whose heads a claim round dead-lettered move on at once, so
+ * that the round's next claim hands out their next members (0.2.0 only;
+ * not under Citus, where the commit settles them).
+ */
+#define MOVE_ON_SQL \
+	"SELECT queue._group_move_on($1, $2)"
 
 #define LOST_SQL \
 	"SELECT queue._leases_lost($1, $2)"
@@ -965,6 +974,7 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 		int			nlost = 0;
 		Datum	   *ev_ids = NULL;
 		Datum	   *ev_attempts = NULL;
+		Datum	   *buried_ids = NULL;
 		SPITupleTable *tuptable;
 		uint64		nrows;
 		ClaimHint  *hint = lane ? NULL : claim_hint_slot(ctx->queue, false);
@@ -1069,6 +1079,7 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 		qsort(leased, nleased, sizeof(LeasedRow), leased_row_cmp);
 
 		lost_ids = palloc(sizeof(Datum) * nrows);
+		buried_ids = palloc(sizeof(Datum) * nrows);
 		ev_ids = palloc(sizeof(Datum) * nrows);
 		ev_attempts = palloc(sizeof(Datum) * nrows);
 		for (uint64 r = nleased; r < nrows; r++)
@@ -1108,7 +1119,23 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 			bv[2] = CStringGetTextDatum(kind == 1 ? "expired" : "lease_expired");
 			queue_spi_exec(queue_prepare_cached(&bury_plan, BURY_SQL, 3, bt),
 						   bv, NULL, false, 0, SPI_OK_SELECT, "dead-lettering");
-			njunk++;
+			buried_ids[njunk++] = bv[1];
+		}
+
+		/*
+		 * A dead-lettered group head lets its group move on now: the next
+		 * member is the head and claimable by the claim again below.
+		 */
+		if (njunk > 0 && ctx->current_schema && !queue_citus_loaded())
+		{
+			Oid			mt[2] = {TEXTOID, INT8ARRAYOID};
+			Datum		mv[2];
+
+			mv[0] = ctx->qname;
+			mv[1] = PointerGetDatum(construct_array(buried_ids, njunk, INT8OID, 8,
+													FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+			queue_spi_exec(queue_prepare_cached(&move_on_plan, MOVE_ON_SQL, 2, mt),
+						   mv, NULL, false, 0, SPI_OK_SELECT, "moving groups on");
 		}
 
 		/* A lease that ran out counts as a failed attempt of its holder. */

@@ -485,9 +485,26 @@ static SPIPlanPtr group_lock_plan = NULL;
 	"   AND l.ready_at" OP(">") "pg_catalog.now() FOR UPDATE"
 static SPIPlanPtr key_lock_plan = NULL;
 
+/*
+ * The members a dequeue of this transaction made their groups' heads
+ * (queue._group_move_on), for the group's settle at commit
+ * (TopTransactionContext; the latest of a group counts).
+ */
+typedef struct GroupPromoted
+{
+	char	   *queue;
+	char	   *group;
+	int64		item_id;
+	SubTransactionId subid;		/* of the (sub)transaction that promoted it */
+} GroupPromoted;
+
+static List *group_promoted = NIL;
+
 PG_FUNCTION_INFO_V1(queue_group_touched);
 PG_FUNCTION_INFO_V1(queue_key_touched);
 PG_FUNCTION_INFO_V1(queue_flow_lock_touched);
+PG_FUNCTION_INFO_V1(queue_group_promoted_note);
+PG_FUNCTION_INFO_V1(queue_group_promoted);
 
 static void
 group_xact_callback(XactEvent event, void *arg)
@@ -500,6 +517,7 @@ group_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			flow_notes = NIL;	/* freed with TopTransactionContext */
+			group_promoted = NIL;
 			break;
 		default:
 			break;
@@ -525,6 +543,13 @@ group_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 
 		if (note->subid >= mySubid)
 			flow_notes = foreach_delete_current(flow_notes, lc);
+	}
+	foreach(lc, group_promoted)
+	{
+		GroupPromoted *gp = (GroupPromoted *) lfirst(lc);
+
+		if (gp->subid >= mySubid)
+			group_promoted = foreach_delete_current(group_promoted, lc);
 	}
 }
 
@@ -678,4 +703,66 @@ queue_flow_lock_touched(PG_FUNCTION_ARGS)
 	queue_spi_finish();
 	list_free(notes);
 	PG_RETURN_VOID();
+}
+
+/*
+ * queue._group_promoted_note(queue_name text, group_key text, item_id bigint)
+ * returns void
+ *
+ * Notes that this transaction made item_id its group's head without the
+ * group's lock (queue._group_move_on), so that the group's settle at
+ * commit, under the lock, takes it as the head instead of promoting the
+ * next in line as well.  Dropped with a subtransaction that rolls back.
+ */
+Datum
+queue_group_promoted_note(PG_FUNCTION_ARGS)
+{
+	MemoryContext oldcxt;
+	GroupPromoted *gp;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		PG_RETURN_VOID();
+	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+	gp = palloc(sizeof(GroupPromoted));
+	gp->queue = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	gp->group = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	gp->item_id = PG_GETARG_INT64(2);
+	gp->subid = GetCurrentSubTransactionId();
+	group_promoted = lappend(group_promoted, gp);
+	MemoryContextSwitchTo(oldcxt);
+	PG_RETURN_VOID();
+}
+
+/*
+ * queue._group_promoted(queue_name text, group_key text) returns bigint
+ *
+ * The member this transaction last made the group's head without its
+ * lock (queue._group_promoted_note), NULL if none.
+ */
+Datum
+queue_group_promoted(PG_FUNCTION_ARGS)
+{
+	char	   *queue;
+	char	   *group;
+	int64		found = 0;
+	bool		any = false;
+	ListCell   *lc;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || group_promoted == NIL)
+		PG_RETURN_NULL();
+	queue = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	group = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	foreach(lc, group_promoted)
+	{
+		GroupPromoted *gp = (GroupPromoted *) lfirst(lc);
+
+		if (strcmp(gp->queue, queue) == 0 && strcmp(gp->group, group) == 0)
+		{
+			found = gp->item_id;
+			any = true;
+		}
+	}
+	if (!any)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(found);
 }
