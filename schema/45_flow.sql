@@ -72,6 +72,9 @@ CREATE TABLE IF NOT EXISTS queue.flow_claim (
 -- waiting members of a group, in line: who is next
 CREATE INDEX IF NOT EXISTS item_live_group_wait_idx
     ON queue.item_live (queue_name, group_key, group_pos, item_id) WHERE group_wait;
+-- waiting members whose own run_at is ahead: scheduled in stats
+CREATE INDEX IF NOT EXISTS item_live_group_wait_run_idx
+    ON queue.item_live (queue_name, run_at) WHERE group_wait AND NOT on_hold;
 -- a limited key's claim order (its band), and set_limit's re-banding
 CREATE INDEX IF NOT EXISTS item_live_limit_claim_idx
     ON queue.item_live (queue_name, limit_key, priority, visible_at, item_id)

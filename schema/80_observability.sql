@@ -101,6 +101,7 @@ DECLARE
     v_prios int[];
     v_between bigint;
     v_parked bigint;
+    v_parked_later bigint := 0;
 BEGIN
     SELECT p.paused INTO paused
       FROM queue.queue_config c
@@ -168,7 +169,8 @@ BEGIN
     END IF;
 
     -- group members waiting behind their head (45_flow.sql) are queued,
-    -- not scheduled: they are parked at one instant of the claim index
+    -- or scheduled while their own run_at is ahead: they are parked at
+    -- one instant of the claim index
     SELECT count(*) INTO v_parked FROM (
         SELECT 1 FROM unnest(v_prios) AS u(p)
          CROSS JOIN LATERAL (SELECT 1 FROM queue.item_live i
@@ -181,8 +183,17 @@ BEGIN
                                      queue._flow_parked(), true, queue._flow_parked(), true)))
           INTO v_parked FROM unnest(v_prios) AS u(p);
     END IF;
-    scheduled := greatest(scheduled - v_parked, 0);
-    queued := queued + v_parked;
+    -- the parked whose own run_at is ahead (item_live_group_wait_run_idx:
+    -- as many entries as there are such rows, at most the parked ones)
+    IF v_parked > 0 THEN
+        SELECT count(*) INTO v_parked_later
+          FROM (SELECT 1 FROM queue.item_live i
+                 WHERE i.queue_name = p_queue AND i.group_wait AND NOT i.on_hold
+                   AND i.run_at > v_now
+                 LIMIT v_parked) x;
+    END IF;
+    scheduled := greatest(scheduled - v_parked, 0) + v_parked_later;
+    queued := queued + v_parked - v_parked_later;
 
     -- claimable the longest: the first claimable entry of each priority
     SELECT v_now - min(x.v) INTO oldest_queued_age

@@ -107,9 +107,10 @@ BEGIN
     END IF;
     PERFORM queue._check_access(v_name, 'reader');
     -- the state the items view gives (a group member waiting behind its
-    -- head is queued)
+    -- head is queued, or scheduled while its own run_at is ahead)
     RETURN QUERY
-    SELECT CASE WHEN i.group_wait AND NOT i.on_hold THEN 'queued'
+    SELECT CASE WHEN i.group_wait AND NOT i.on_hold
+                THEN CASE WHEN i.run_at > now() THEN 'scheduled' ELSE 'queued' END
                 ELSE queue._live_state(i.on_hold, i.lease_token, i.lease_expires_at, i.visible_at)
            END,
            i.base_priority, i.attempt, i.max_attempts, i.payload,

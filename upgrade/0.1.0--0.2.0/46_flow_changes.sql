@@ -556,7 +556,8 @@ COMMENT ON FUNCTION queue._flow_waiting(text, boolean, boolean, text, text[])
 -- from schema/40_items.sql
 CREATE OR REPLACE VIEW queue.items WITH (security_barrier) AS
 SELECT i.queue_name, i.item_id,
-       CASE WHEN i.group_wait AND NOT i.on_hold THEN 'queued'   -- in line behind its group's head
+       CASE WHEN i.group_wait AND NOT i.on_hold   -- in line behind its group's head:
+                 THEN CASE WHEN i.run_at > now() THEN 'scheduled' ELSE 'queued' END   -- its own run_at
             ELSE queue._live_state(i.on_hold, i.lease_token, i.lease_expires_at, i.visible_at)
        END AS state,
        i.base_priority AS priority, i.attempt, i.max_attempts, i.run_at, i.enqueued_at,
