@@ -213,26 +213,33 @@ BEGIN
         PERFORM queue._group_park(p_queue, p_new);
         RETURN;
     END IF;
-    -- no head: the first in line becomes it, claimable from when it was due
-    SELECT w.item_id, w.group_pos INTO v_first_id, v_first_pos FROM queue.item_live w
-     WHERE w.queue_name = p_queue AND w.group_key = p_group AND w.group_wait
-     ORDER BY w.group_pos, w.item_id LIMIT 1;
     IF p_new IS NOT NULL THEN
         SELECT i.item_id, i.group_pos INTO v_new_id, v_new_pos FROM queue.item_live i
          WHERE i.queue_name = p_queue AND i.item_id = p_new AND NOT i.group_wait;
     END IF;
-    IF v_new_id IS NOT NULL
-       AND (v_first_id IS NULL OR (v_new_pos, v_new_id) < (v_first_pos, v_first_id)) THEN
-        v_head := v_new_id;     -- claimable already
-    ELSIF v_first_id IS NOT NULL THEN
-        UPDATE queue.item_live i
-           SET group_wait = false,
-               visible_at = CASE WHEN i.on_hold THEN 'infinity'::timestamptz
-                                 ELSE greatest(i.run_at, i.enqueued_at) END
-         WHERE i.queue_name = p_queue AND i.item_id = v_first_id;
-        v_head := v_first_id;
-        PERFORM queue._group_park(p_queue, v_new_id);
-    END IF;
+    -- no head: the first in line becomes it, claimable from when it was due.
+    -- A waiting member leaves without the group's lock (cancel, purge,
+    -- expiry): one that left after it was read here is passed over for the
+    -- next in line (each statement reads what has committed by then).
+    LOOP
+        SELECT w.item_id, w.group_pos INTO v_first_id, v_first_pos FROM queue.item_live w
+         WHERE w.queue_name = p_queue AND w.group_key = p_group AND w.group_wait
+         ORDER BY w.group_pos, w.item_id LIMIT 1;
+        IF v_new_id IS NOT NULL
+           AND (v_first_id IS NULL OR (v_new_pos, v_new_id) < (v_first_pos, v_first_id)) THEN
+            v_head := v_new_id;     -- claimable already
+        ELSIF v_first_id IS NOT NULL THEN
+            UPDATE queue.item_live i
+               SET group_wait = false,
+                   visible_at = CASE WHEN i.on_hold THEN 'infinity'::timestamptz
+                                     ELSE greatest(i.run_at, i.enqueued_at) END
+             WHERE i.queue_name = p_queue AND i.item_id = v_first_id;
+            CONTINUE WHEN NOT FOUND;
+            v_head := v_first_id;
+            PERFORM queue._group_park(p_queue, v_new_id);
+        END IF;
+        EXIT;
+    END LOOP;
     IF v_head IS NULL THEN
         -- nobody waits: forget the group (an enqueue brings it back)
         DELETE FROM queue.flow_group f WHERE f.queue_name = p_queue AND f.group_key = p_group;
