@@ -23,6 +23,21 @@ SELECT payload->>'n' AS n, reason FROM queue.dead_letters WHERE queue_name = 'gl
 SELECT payload->>'n' AS n, state, waiting FROM queue.items
  WHERE queue_name = 'gl_exp' ORDER BY item_id;
 
+-- case: the next members expired too: the same dequeue passes them all
+-- and returns the first live one
+SELECT queue.create_queue('gl_exp3');
+SET ROLE regress_gl_producer;
+SELECT count(*) FROM queue.enqueue_batch('gl_exp3', ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}']::jsonb[],
+                                         expires_at => clock_timestamp() + interval '50 ms',
+                                         group_keys => ARRAY['a', 'a', 'a']);
+SELECT queue.enqueue('gl_exp3', '{"n": 4}', group_key => 'a') > 0 AS enqueued;
+RESET ROLE;
+SELECT pg_sleep(0.1);
+SET ROLE regress_gl_worker;
+SELECT payload->>'n' AS n FROM queue.dequeue('gl_exp3', 'gl-w', batch_size => 10);
+RESET ROLE;
+SELECT payload->>'n' AS n, reason FROM queue.dead_letters WHERE queue_name = 'gl_exp3' ORDER BY item_id;
+
 -- case: a head whose lease ran out on its last attempt: the dequeue that
 -- dead-letters it returns the next member
 SELECT queue.create_queue('gl_spent', max_attempts => 1);
@@ -56,6 +71,6 @@ RESET ROLE;
 SELECT payload->>'n' AS n, state, waiting FROM queue.items
  WHERE queue_name = 'gl_block' ORDER BY item_id;
 
-SELECT queue.drop_queue(q, force => true) FROM unnest(ARRAY['gl_exp', 'gl_spent', 'gl_block']) q;
+SELECT queue.drop_queue(q, force => true) FROM unnest(ARRAY['gl_exp', 'gl_exp3', 'gl_spent', 'gl_block']) q;
 DROP ROLE regress_gl_producer;
 DROP ROLE regress_gl_worker;
