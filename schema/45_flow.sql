@@ -313,9 +313,11 @@ BEGIN
            AND dl.group_key IS NOT NULL
          ORDER BY dl.item_id
     LOOP
+        -- the group's head, or the member this transaction made its head
         CONTINUE WHEN NOT EXISTS (SELECT 1 FROM queue.flow_group f
                                    WHERE f.queue_name = p_queue AND f.group_key = d.group_key
-                                     AND f.head_id = d.item_id AND f.blocked_by IS NULL);
+                                     AND f.head_id = d.item_id AND f.blocked_by IS NULL)
+                  AND queue._group_promoted(p_queue, d.group_key) IS DISTINCT FROM d.item_id;
         LOOP
             SELECT w.item_id INTO v_first FROM queue.item_live w
              WHERE w.queue_name = p_queue AND w.group_key = d.group_key AND w.group_wait
