@@ -59,6 +59,20 @@ SELECT queue.create_queue('lo_gone');
 SELECT pg_temp.rows_of('lo_gone');
 SELECT * FROM queue.stats('lo_gone');
 
+-- case: that event stays for admins only, also once a queue of the name
+-- exists again: the new queue's readers see their own queue's events, not
+-- the dropped one's
+SELECT queue.pause('lo_gone');
+SELECT queue.resume('lo_gone');
+SET ROLE regress_lo_reader;
+SELECT string_agg(kind, ',' ORDER BY event_id) AS events
+  FROM queue.events WHERE queue_name = 'lo_gone';
+RESET ROLE;
+SET ROLE regress_lo_admin;
+SELECT string_agg(kind, ',' ORDER BY event_id) AS events
+  FROM queue.events WHERE queue_name = 'lo_gone';
+RESET ROLE;
+
 -- case: sweep removes the leftovers of a dropped queue and reports no row
 -- for it; the queue_dropped event goes after 7 days
 SELECT queue.drop_queue('lo_gone');
