@@ -258,8 +258,12 @@ ALTER TABLE queue.metrics_history ENABLE ROW LEVEL SECURITY;
 
 CREATE POLICY dead_letters_read ON queue.dead_letters FOR SELECT
     USING (queue._can_read(queue_name));
+-- A queue_dropped event tells of a queue that is gone, also once a queue of
+-- that name exists again (create_queue keeps it on record): admins only.
 CREATE POLICY events_read ON queue.events FOR SELECT
-    USING (queue._can_read(queue_name));
+    USING (queue._can_read(queue_name)
+           AND (kind OPERATOR(pg_catalog.<>) 'queue_dropped'
+                OR pg_catalog.pg_has_role(queue._caller(), 'queue_admin', 'MEMBER')));
 CREATE POLICY alerts_read ON queue.alerts FOR SELECT
     USING (queue._can_read(queue_name));
 CREATE POLICY metrics_history_read ON queue.metrics_history FOR SELECT

@@ -109,7 +109,10 @@ BEGIN
     -- privileges, row-level security and pg_dump, as 90_security.sql
     GRANT SELECT ON queue.events TO queue_reader, queue_producer, queue_worker, queue_admin;
     ALTER TABLE queue.events ENABLE ROW LEVEL SECURITY;
-    CREATE POLICY events_read ON queue.events FOR SELECT USING (queue._can_read(queue_name));
+    CREATE POLICY events_read ON queue.events FOR SELECT
+        USING (queue._can_read(queue_name)
+               AND (kind OPERATOR(pg_catalog.<>) 'queue_dropped'
+                    OR pg_catalog.pg_has_role(queue._caller(), 'queue_admin', 'MEMBER')));
     PERFORM pg_catalog.pg_extension_config_dump('queue.item_done_default', '');
     PERFORM pg_catalog.pg_extension_config_dump('queue.events_default', '');
     PERFORM pg_catalog.pg_extension_config_dump('queue.failure_log_default', '');
