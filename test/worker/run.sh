@@ -742,6 +742,30 @@ if want owner; then
 	sql "DELETE FROM queue.worker_registry WHERE worker = 'owned-name'; DROP ROLE qw_other; DROP OWNED BY qw_me; DROP ROLE qw_me" >/dev/null
 fi
 
+# -- case: a queue closed to the worker's role: the worker says so --------
+# (a reader grant of the queue to another role hides it from this one's
+# queue.queues; the queue exists all the same)
+if want closedqueue; then
+	sql "CREATE ROLE qw_tenant LOGIN IN ROLE queue_worker; CREATE ROLE qw_grantee" >/dev/null
+	sql "SELECT queue.create_queue('t_closed');
+	     SELECT queue.grant_queue('t_closed', 'qw_grantee', 'reader');
+	     SELECT queue.grant_queue('t_closed', 'qw_grantee', 'worker')" >/dev/null
+	"$WORKER" --dsn "$DSN user=qw_tenant" --queue t_closed --name closed-1 --idle-exit 1s \
+		--exec true >"$LOG/closedqueue.out" 2>"$LOG/closedqueue.log"
+	is "closedqueue: a queue closed to the worker's role stops the worker with exit 1" "$?" 1
+	like "closedqueue: the worker says the queue is not granted to it" "$(cat "$LOG/closedqueue.log")" \
+		'permission denied for queue "t_closed"'
+	like "closedqueue: and does not claim that the queue does not exist" \
+		"$(grep -c 'does not exist' "$LOG/closedqueue.log")" '^0$'
+	"$WORKER" --dsn "$DSN user=qw_tenant" --queue t_nosuch --name closed-2 --idle-exit 1s \
+		--exec true >"$LOG/closedqueue2.out" 2>"$LOG/closedqueue2.log"
+	is "closedqueue: an unknown queue stops the worker with exit 1" "$?" 1
+	like "closedqueue: the worker says that queue does not exist" "$(cat "$LOG/closedqueue2.log")" \
+		'queue "t_nosuch" does not exist'
+	sql "SELECT queue.drop_queue('t_closed', force => true); DROP ROLE qw_grantee;
+	     DROP OWNED BY qw_tenant; DROP ROLE qw_tenant" >/dev/null
+fi
+
 # -- case: a claim whose reply was lost comes back within one lease -------
 if want lostreply; then
 	if [ "$(has_arg register_worker restart)" = t ]; then
