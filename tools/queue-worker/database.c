@@ -827,6 +827,25 @@ startup_checks(void)
 	}
 	if (PQntuples(res) == 0)
 	{
+		/*
+		 * queue.queues lists only the queues this role may read, so no row
+		 * is also what a queue closed to the role gives.  A call naming the
+		 * queue tells the two apart: 42501 for a closed one, 42704 for an
+		 * unknown one.
+		 */
+		PQclear(res);
+		qs = run_query("checking access to the queue",
+					   "SELECT count(*) FROM queue.item($1, 0)", 1, vals, &res, sqlstate);
+		if (res)
+			PQclear(res);
+		if (qs == Q_FAIL && !strcmp(sqlstate, "42501"))
+		{
+			fprintf(stderr, "%s: permission denied for queue \"%s\"\n"
+					"The queue is closed to this database user: ask a queue_admin to run\n"
+					"SELECT queue.grant_queue('%s', <role>, 'worker') for it, or check --dsn.\n",
+					progname, opt.queue, opt.queue);
+			exit(1);
+		}
 		fprintf(stderr, "%s: queue \"%s\" does not exist\n"
 				"Create it with SELECT queue.create_queue('%s'), or check the spelling of --queue.\n",
 				progname, opt.queue, opt.queue);
