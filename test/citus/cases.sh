@@ -330,6 +330,28 @@ case_readers() {
 		"the items view says why an item of a distributed queue waits (owner)"
 }
 
+# health() and sweep() on a distributed queue whose oldest item is past
+# half its sla while every worker holding its items is at capacity: the
+# capacity_short rule counts each holder's leases over all queues.
+case_capacity() {
+	local q out
+	q=$(queue_on_worker 1 cs_) || { ok 1 "a queue name on worker 1"; return; }
+	cpsql -c "SELECT queue.create_queue('$q', sla => '2 s')" \
+		-c "SELECT queue.register_worker('cs-bot', capacity => 1)" \
+		-c "SELECT count(*) FROM queue.enqueue_batch('$q', array_fill('{}'::jsonb, ARRAY[2]))" \
+		-c "SELECT count(*) FROM queue.dequeue('$q', 'cs-bot')" >/dev/null 2>&1
+	sleep 1.2
+	is "warning|capacity short: all 1 worker holding its items is at capacity; no item was processed in the last hour to size the shortfall" \
+		"$(cpsql -c "SELECT status, r FROM queue.health('$q'), unnest(reasons) r WHERE r LIKE 'capacity%'" 2>&1)" \
+		"health() of a distributed queue names a capacity shortfall"
+	out=$(cpsql -c "SELECT queue_name FROM queue.sweep() WHERE queue_name = '$q'" 2>&1)
+	is "$q" "$out" "sweep() of a distributed queue with a capacity shortfall"
+	is "capacity_short" "$(cpsql -c "SELECT string_agg(kind, ',' ORDER BY kind) FROM queue.alerts
+	                                  WHERE queue_name = '$q' AND kind LIKE 'capacity%' AND cleared_at IS NULL" 2>&1)" \
+		"sweep() raises capacity_short for a distributed queue"
+	cpsql -c "SELECT queue.drop_queue('$q', force => true)" >/dev/null 2>&1
+}
+
 # drop_queue of a queue on a worker removes its rows there.
 case_drop() {
 	local q out
@@ -515,7 +537,7 @@ case_regress() {
 	ok $st "regress subset on the coordinator ($(echo $tests | wc -w) tests)"
 }
 
-for c in distribute api single_shard heartbeat flow lost_lease dedup readers drop tools listen no_double_claim regress kill9 shard_move; do
+for c in distribute api single_shard heartbeat flow lost_lease dedup readers capacity drop tools listen no_double_claim regress kill9 shard_move; do
 	# distribute always runs: the others need it
 	if [ $c = distribute ] || want_case $c; then
 		echo "# case $c"
