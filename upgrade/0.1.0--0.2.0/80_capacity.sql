@@ -95,6 +95,10 @@ DECLARE
     v_workers bigint;
     v_full bigint;
     v_needed bigint;
+    w record;
+    v_draining boolean;
+    v_capacity int;
+    v_held bigint;
 BEGIN
     SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
     IF NOT FOUND OR queue._claim_gate(c) <> 'open' OR p_oldest IS NULL THEN
@@ -104,21 +108,36 @@ BEGIN
     -- capacity_short: past half the sla, every live holder at capacity
     -- (a draining worker, or one in a maintenance window, takes nothing new)
     IF c.sla IS NOT NULL AND p_oldest > c.sla * 0.5 THEN
-        SELECT count(*),
-               count(*) FILTER (WHERE r.draining OR h.held >= coalesce(r.capacity, 1)
-                                   OR EXISTS (SELECT 1 FROM queue.maintenance_window m
-                                               WHERE m.worker = w.worker
-                                                 AND m.starts_at <= now() AND m.ends_at > now()))
-          INTO v_workers, v_full
-          FROM (SELECT DISTINCT i.worker FROM queue.item_live i
-                 WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
-                   AND i.lease_token IS NOT NULL AND i.lease_expires_at > now()) w
-          JOIN queue.worker_registry r ON r.worker = w.worker AND r.last_seen >= v_online
-         CROSS JOIN LATERAL (
-                SELECT count(*) AS held
-                  FROM queue.queue_config q
-                  JOIN queue.item_live i ON i.queue_name = q.queue_name AND i.worker = w.worker
-                 WHERE i.lease_token IS NOT NULL AND i.lease_expires_at > now()) h;
+        -- The holders are read from this queue's items, then each one's
+        -- leases are counted over all queues in a statement of its own:
+        -- on Citus the queues are on several nodes, and a join of the
+        -- two (a lateral count per holder) cannot be planned there.
+        v_workers := 0;
+        v_full := 0;
+        FOR w IN SELECT DISTINCT i.worker FROM queue.item_live i
+                  WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
+                    AND i.lease_token IS NOT NULL AND i.lease_expires_at > now() LOOP
+            SELECT r.draining, r.capacity INTO v_draining, v_capacity
+              FROM queue.worker_registry r
+             WHERE r.worker = w.worker AND r.last_seen >= v_online;
+            CONTINUE WHEN NOT FOUND;
+            v_workers := v_workers + 1;
+            IF v_draining
+               OR EXISTS (SELECT 1 FROM queue.maintenance_window m
+                           WHERE m.worker = w.worker
+                             AND m.starts_at <= now() AND m.ends_at > now()) THEN
+                v_full := v_full + 1;
+                CONTINUE;
+            END IF;
+            SELECT count(*) INTO v_held
+              FROM queue.queue_config q
+              JOIN queue.item_live i ON i.queue_name = q.queue_name
+             WHERE i.worker = w.worker
+               AND i.lease_token IS NOT NULL AND i.lease_expires_at > now();
+            IF v_held >= coalesce(v_capacity, 1) THEN
+                v_full := v_full + 1;
+            END IF;
+        END LOOP;
         IF v_workers > 0 AND v_full = v_workers THEN
             -- each worker's share of the last hour's rate, over the sla
             IF p_processed_1h > 0 THEN
