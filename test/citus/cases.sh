@@ -352,6 +352,33 @@ case_capacity() {
 	cpsql -c "SELECT queue.drop_queue('$q', force => true)" >/dev/null 2>&1
 }
 
+# The workers view on distributed queues, read by login roles in the group
+# roles: a worker's leases and 24 h results over queues on both workers,
+# counting only the queues the caller may read.
+case_workers() {
+	local a b sql
+	wkpsql() { local u=$1; shift; "$BINDIR/psql" -h "$BASE" -p "$COORD_PORT" -U "$u" -d postgres -qAtX "$@"; }
+	a=$(queue_on_worker 1 wk_) || { ok 1 "a queue name on worker 1"; return; }
+	b=$(queue_on_worker 2 wk_) || { ok 1 "a queue name on worker 2"; return; }
+	cpsql -c "SET client_min_messages = warning" \
+		-c "CREATE ROLE wk_reader LOGIN IN ROLE queue_reader" -c "CREATE ROLE wk_admin LOGIN IN ROLE queue_admin" \
+		-c "CREATE ROLE wk_other NOLOGIN" \
+		-c "SELECT queue.create_queue('$a')" -c "SELECT queue.create_queue('$b')" \
+		-c "SELECT queue.grant_queue('$b', 'wk_other', 'reader')" \
+		-c "SELECT queue.register_worker('wk-bot')" \
+		-c "SELECT count(*) FROM queue.enqueue_batch('$a', array_fill('{}'::jsonb, ARRAY[3]))" \
+		-c "SELECT count(*) FROM queue.enqueue_batch('$b', array_fill('{}'::jsonb, ARRAY[3]))" \
+		-c "SELECT queue.complete('$b', item_id, lease_token) FROM queue.dequeue('$b', 'wk-bot')" \
+		-c "SELECT queue.fail('$a', item_id, lease_token, 'boom') FROM queue.dequeue('$a', 'wk-bot')" \
+		-c "SELECT count(*) FROM queue.dequeue('$a', 'wk-bot')" >/dev/null 2>&1
+	sql="SELECT worker, status, in_flight, completed_24h, failed_24h, mean_run_time IS NOT NULL, success_rate
+	       FROM queue.workers WHERE worker = 'wk-bot'"
+	is "wk-bot|active|1|1|1|t|0.5000" "$(wkpsql wk_admin -c "$sql" 2>&1)" \
+		"a queue_admin login reads queue.workers over distributed queues"
+	is "wk-bot|active|1|0|1|f|0.0000" "$(wkpsql wk_reader -c "$sql" 2>&1)" \
+		"a queue_reader login reads queue.workers, counting only the queues it may read"
+}
+
 # drop_queue of a queue on a worker removes its rows there.
 case_drop() {
 	local q out
@@ -537,7 +564,7 @@ case_regress() {
 	ok $st "regress subset on the coordinator ($(echo $tests | wc -w) tests)"
 }
 
-for c in distribute api single_shard heartbeat flow lost_lease dedup readers capacity drop tools listen no_double_claim regress kill9 shard_move; do
+for c in distribute api single_shard heartbeat flow lost_lease dedup readers capacity workers drop tools listen no_double_claim regress kill9 shard_move; do
 	# distribute always runs: the others need it
 	if [ $c = distribute ] || want_case $c; then
 		echo "# case $c"
