@@ -143,6 +143,83 @@ $$;
 COMMENT ON FUNCTION queue._readable_item_live() IS
     'The live items of the queues the caller may read (the items view under Citus)';
 
+-- The workers view under Citus (see distribute()): the plain view counts
+-- each worker's leases and 24 h results in lateral subqueries over every
+-- queue's tables, a join across nodes that Citus cannot plan.  Here each
+-- of the three is one statement grouped by worker, over the queues the
+-- caller may read, then joined to the registry; run as the owner, as
+-- Citus checks the caller's own rights on the shards.  Same columns and
+-- rows as the plain view.
+CREATE OR REPLACE FUNCTION queue._workers_rows()
+RETURNS TABLE (worker text, status text, last_seen timestamptz, in_flight bigint,
+               completed_24h bigint, failed_24h bigint, mean_run_time interval,
+               success_rate numeric, capacity int, draining boolean, queues text[],
+               info jsonb, registered_at timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_caller oid := queue._caller();
+    v_admin boolean := pg_catalog.pg_has_role(v_caller, 'queue_admin', 'MEMBER');
+    v_open boolean := EXISTS (SELECT 1 FROM queue.queue_config o
+                               WHERE NOT o.restrict_reader AND NOT o.restrict_worker);
+    v_queues text[] := ARRAY(SELECT c.queue_name FROM queue.queue_config c
+                              WHERE v_admin OR queue._can_read(c.queue_name));
+    v_online timestamptz := now() - make_interval(secs => queue._worker_offline_after());
+BEGIN
+    RETURN QUERY
+    WITH f AS MATERIALIZED (
+            SELECT i.worker, count(*) AS in_flight
+              FROM queue.item_live i
+             WHERE i.queue_name = ANY (v_queues) AND i.worker IS NOT NULL
+               AND i.lease_token IS NOT NULL AND i.lease_expires_at > now()
+             GROUP BY i.worker),
+         d AS MATERIALIZED (
+            SELECT h.worker, count(*) AS completed_24h,
+                   avg(h.completed_at - h.claimed_at) AS mean_run_time
+              FROM queue.item_done h
+             WHERE (v_admin OR h.queue_name = ANY (v_queues)) AND h.worker IS NOT NULL
+               AND h.completed_at > now() - interval '24 hours'
+             GROUP BY h.worker),
+         fl AS MATERIALIZED (
+            SELECT x.worker, count(*) AS failed_24h
+              FROM queue.failure_log x
+             WHERE (v_admin OR x.queue_name = ANY (v_queues)) AND x.worker IS NOT NULL
+               AND x.at > now() - interval '24 hours'
+             GROUP BY x.worker)
+    SELECT w.worker,
+           CASE
+             WHEN w.last_seen < v_online THEN 'offline'
+             WHEN w.draining THEN 'draining'
+             WHEN EXISTS (SELECT 1 FROM queue.maintenance_window m
+                           WHERE m.worker = w.worker AND m.starts_at <= now() AND m.ends_at > now())
+               THEN 'maintenance'
+             WHEN coalesce(f.in_flight, 0) > 0 THEN 'active'
+             ELSE 'idle'
+           END,
+           w.last_seen, coalesce(f.in_flight, 0), coalesce(d.completed_24h, 0),
+           coalesce(fl.failed_24h, 0), d.mean_run_time,
+           CASE WHEN coalesce(d.completed_24h, 0) + coalesce(fl.failed_24h, 0) > 0
+                THEN round(coalesce(d.completed_24h, 0)::numeric
+                           / (coalesce(d.completed_24h, 0) + coalesce(fl.failed_24h, 0)), 4) END,
+           w.capacity, w.draining,
+           CASE WHEN v_admin OR w.queues IS NULL THEN w.queues
+                ELSE ARRAY(SELECT u.q FROM unnest(w.queues) AS u(q) WHERE u.q = ANY (v_queues)) END,
+           w.info, w.registered_at
+      FROM queue.worker_registry w
+      LEFT JOIN f ON f.worker = w.worker
+      LEFT JOIN d ON d.worker = w.worker
+      LEFT JOIN fl ON fl.worker = w.worker
+     WHERE v_admin
+        OR pg_catalog.pg_has_role(v_caller, coalesce(w.registered_by::oid, 0::oid), 'MEMBER')
+        OR EXISTS (SELECT 1 FROM unnest(w.queues) AS u(q) WHERE u.q = ANY (v_queues))
+        OR (w.queues IS NULL AND v_open)
+        OR f.in_flight > 0 OR d.completed_24h > 0 OR fl.failed_24h > 0;
+END
+$$;
+COMMENT ON FUNCTION queue._workers_rows() IS
+    'The rows of the workers view the caller may see (the workers view under Citus)';
+
 CREATE OR REPLACE FUNCTION queue.distribute(shard_count int DEFAULT NULL)
 RETURNS TABLE (object text, action text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -334,6 +411,16 @@ BEGIN
         action := 'read as the owner';
         RETURN NEXT;
     END LOOP;
+    -- The workers view reads queue._workers_rows(), the same rows counted
+    -- in statements Citus can plan.
+    IF pg_catalog.strpos(pg_catalog.pg_get_viewdef('queue.workers'::pg_catalog.regclass),
+                         '_workers_rows()') OPERATOR(pg_catalog.=) 0 THEN
+        CREATE OR REPLACE VIEW queue.workers WITH (security_barrier) AS
+            SELECT * FROM queue._workers_rows();
+        object := 'queue.workers';
+        action := 'read as the owner';
+        RETURN NEXT;
+    END IF;
     PERFORM pg_catalog.set_config('client_min_messages', v_messages, true);
 
     -- Each node's own settings (workers first, then this one).
@@ -363,5 +450,7 @@ REVOKE ALL ON FUNCTION queue.distributed() FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._delegated_functions() FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._prepare_node() FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._readable_item_live() FROM PUBLIC;
+REVOKE ALL ON FUNCTION queue._workers_rows() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue._workers_rows() TO queue_admin, queue_reader, queue_producer, queue_worker;
 GRANT EXECUTE ON FUNCTION queue.distribute(int) TO queue_admin;
 GRANT EXECUTE ON FUNCTION queue.distributed() TO queue_admin, queue_reader, queue_producer, queue_worker;
