@@ -379,6 +379,35 @@ case_workers() {
 		"a queue_reader login reads queue.workers, counting only the queues it may read"
 }
 
+# One statement reading a view (queues, items, history, limits,
+# schedules, workers) together with a distributed table filtered to one
+# queue (dead_letters, events): Citus routes the whole statement to the
+# queue's node, the view's function with it.
+case_mixed() {
+	local q sql
+	mxpsql() { local u=$1; shift; "$BINDIR/psql" -h "$BASE" -p "$COORD_PORT" -U "$u" -d postgres -qAtX "$@"; }
+	q=$(queue_on_worker 2 mx_) || { ok 1 "a queue name on worker 2"; return; }
+	cpsql -c "SET client_min_messages = warning" \
+		-c "CREATE ROLE mx_reader LOGIN IN ROLE queue_reader" \
+		-c "SELECT queue.create_queue('$q', audit => 'all')" \
+		-c "SELECT queue.set_limit('$q', 'k', max_in_flight => 1)" \
+		-c "SELECT count(*) FROM queue.enqueue_batch('$q', array_fill('{}'::jsonb, ARRAY[3]))" \
+		-c "SELECT queue.complete('$q', item_id, lease_token) FROM queue.dequeue('$q', 'mx-bot')" \
+		-c "SELECT queue.fail('$q', item_id, lease_token, 'boom', permanent => true) FROM queue.dequeue('$q', 'mx-bot')" >/dev/null 2>&1
+	sql="SELECT (SELECT count(*) FROM queue.queues WHERE queue_name = '$q'),
+	            (SELECT count(*) FROM queue.items WHERE queue_name = '$q'),
+	            (SELECT count(*) FROM queue.history WHERE queue_name = '$q'),
+	            (SELECT count(*) FROM queue.limits WHERE queue_name = '$q'),
+	            (SELECT count(*) FROM queue.schedules WHERE queue_name = '$q'),
+	            (SELECT count(*) FROM queue.workers WHERE worker = 'mx-bot'),
+	            (SELECT count(*) FROM queue.dead_letters WHERE queue_name = '$q'),
+	            (SELECT count(*) FROM queue.events WHERE queue_name = '$q' AND kind = 'enqueued')"
+	is "1|1|1|1|0|1|1|3" "$(cpsql -c "$sql" 2>&1)" \
+		"one statement reads the views with a distributed table of one queue (owner)"
+	is "1|1|1|1|0|1|1|3" "$(mxpsql mx_reader -c "$sql" 2>&1)" \
+		"one statement reads the views with a distributed table of one queue (queue_reader login)"
+}
+
 # drop_queue of a queue on a worker removes its rows there.
 case_drop() {
 	local q out
@@ -562,7 +591,7 @@ case_regress() {
 	ok $st "regress subset on the coordinator ($(echo $tests | wc -w) tests)"
 }
 
-for c in distribute api single_shard heartbeat flow lost_lease dedup readers capacity workers drop tools listen no_double_claim regress kill9 shard_move; do
+for c in distribute api single_shard heartbeat flow lost_lease dedup readers capacity workers mixed drop tools listen no_double_claim regress kill9 shard_move; do
 	# distribute always runs: the others need it
 	if [ $c = distribute ] || want_case $c; then
 		echo "# case $c"
