@@ -87,6 +87,11 @@ COMMENT ON FUNCTION queue._delegated_functions() IS
 -- citus.allow_nested_distributed_execution is on.  They only read
 -- reference tables, whose every node holds a full copy, so the answer is
 -- the same as on the coordinator: the setting is attached to that function.
+-- The functions the views read under Citus (queue._workers_rows here, the
+-- others made by distribute()) carry it too: a statement that reads such
+-- a view together with a distributed table of one queue is routed whole
+-- to that queue's node, the view's function with it, which then reads
+-- the queues of every node from there.
 CREATE OR REPLACE FUNCTION queue._prepare_node() RETURNS int
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp AS $$
@@ -98,6 +103,7 @@ DECLARE
     r record;
 BEGIN
     ALTER FUNCTION queue._can_read(text) SET citus.allow_nested_distributed_execution = on;
+    ALTER FUNCTION queue._workers_rows() SET citus.allow_nested_distributed_execution = on;
     SELECT g.groupid INTO v_group FROM pg_catalog.pg_dist_local_group g;
     IF coalesce(v_group, 0) OPERATOR(pg_catalog.=) 0 THEN
         RETURN 0;
@@ -421,6 +427,15 @@ BEGIN
         action := 'read as the owner';
         RETURN NEXT;
     END IF;
+    -- Those functions read from the node a statement is routed to, when
+    -- one reads a view with a distributed table of one queue (the
+    -- setting reaches every node's copy of the function).
+    FOR r IN SELECT v FROM pg_catalog.unnest(ARRAY['queues', 'items', 'history', 'limits', 'schedules']) v
+    LOOP
+        CONTINUE WHEN pg_catalog.to_regprocedure('queue._' || r.v || '_rows()') IS NULL;
+        EXECUTE pg_catalog.format('ALTER FUNCTION queue.%I() SET citus.allow_nested_distributed_execution = on',
+                                  '_' || r.v || '_rows');
+    END LOOP;
     PERFORM pg_catalog.set_config('client_min_messages', v_messages, true);
 
     -- Each node's own settings (workers first, then this one).
