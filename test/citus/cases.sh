@@ -408,6 +408,31 @@ case_mixed() {
 		"one statement reads the views with a distributed table of one queue (queue_reader login)"
 }
 
+# An API call per row of a query over dead_letters of one queue, or with
+# such a query as its argument: Citus routes the statement whole to the
+# queue's node, the calls with it.
+case_per_row() {
+	local q
+	prpsql() { local u=$1; shift; "$BINDIR/psql" -h "$BASE" -p "$COORD_PORT" -U "$u" -d postgres -qAtX "$@"; }
+	q=$(queue_on_worker 1 pr_) || { ok 1 "a queue name on worker 1"; return; }
+	cpsql -c "SET client_min_messages = warning" \
+		-c "CREATE ROLE pr_admin LOGIN IN ROLE queue_admin" -c "CREATE ROLE pr_reader LOGIN IN ROLE queue_reader" \
+		-c "SELECT queue.create_queue('$q', audit => 'all')" \
+		-c "SELECT count(*) FROM queue.enqueue_batch('$q', array_fill('{}'::jsonb, ARRAY[4]))" >/dev/null 2>&1
+	is "true,true,true,true" "$(prpsql pr_admin -c "SELECT string_agg(queue.cancel('$q', item_id)::text, ',') FROM queue.items WHERE queue_name = '$q'" 2>&1)" \
+		"cancel per row of the items view of a distributed queue"
+	is "dead" "$(prpsql pr_reader -c "SELECT (queue.item('$q', (SELECT min(item_id) FROM queue.dead_letters WHERE queue_name = '$q'))).state" 2>&1)" \
+		"item() of an id read from dead_letters of a distributed queue, in one statement"
+	is "t" "$(prpsql pr_admin -c "SELECT queue.review('$q', (SELECT min(item_id) FROM queue.dead_letters WHERE queue_name = '$q'), 'rejected')" 2>&1)" \
+		"review() of an id read from dead_letters of a distributed queue, in one statement"
+	is "t" "$(prpsql pr_admin -c "SELECT queue.replay('$q', (SELECT max(item_id) FROM queue.dead_letters WHERE queue_name = '$q')) > 0" 2>&1)" \
+		"replay() of an id read from dead_letters of a distributed queue, in one statement"
+	is "2" "$(prpsql pr_admin -c "SELECT count(queue.replay('$q', item_id)) FROM queue.dead_letters WHERE queue_name = '$q' AND review_status = 'new'" 2>&1)" \
+		"replay() per row of dead_letters of a distributed queue"
+	is "queued|3" "$(prpsql pr_reader -c "SELECT state, count(*) FROM queue.items WHERE queue_name = '$q' GROUP BY 1" 2>&1)" \
+		"the replayed items are queued"
+}
+
 # drop_queue of a queue on a worker removes its rows there.
 case_drop() {
 	local q out
@@ -591,7 +616,7 @@ case_regress() {
 	ok $st "regress subset on the coordinator ($(echo $tests | wc -w) tests)"
 }
 
-for c in distribute api single_shard heartbeat flow lost_lease dedup readers capacity workers mixed drop tools listen no_double_claim regress kill9 shard_move; do
+for c in distribute api single_shard heartbeat flow lost_lease dedup readers capacity workers mixed per_row drop tools listen no_double_claim regress kill9 shard_move; do
 	# distribute always runs: the others need it
 	if [ $c = distribute ] || want_case $c; then
 		echo "# case $c"
