@@ -91,7 +91,11 @@ COMMENT ON FUNCTION queue._delegated_functions() IS
 -- others made by distribute()) carry it too: a statement that reads such
 -- a view together with a distributed table of one queue is routed whole
 -- to that queue's node, the view's function with it, which then reads
--- the queues of every node from there.
+-- the queues of every node from there.  The same holds for an API call
+-- in a statement over a distributed table of one queue (SELECT
+-- queue.replay(q, item_id) FROM queue.dead_letters WHERE queue_name = q):
+-- Citus routes it whole to the queue's node, where the call's own
+-- queries, on that queue's shards, run there.
 CREATE OR REPLACE FUNCTION queue._prepare_node() RETURNS int
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp AS $$
@@ -104,6 +108,15 @@ DECLARE
 BEGIN
     ALTER FUNCTION queue._can_read(text) SET citus.allow_nested_distributed_execution = on;
     ALTER FUNCTION queue._workers_rows() SET citus.allow_nested_distributed_execution = on;
+    -- the API calls run on the coordinator that a statement over a
+    -- queue's tables may call (distribute() sets the delegated ones)
+    FOR r IN
+        SELECT p.oid::pg_catalog.regprocedure AS f FROM pg_catalog.pg_proc p
+         WHERE p.pronamespace OPERATOR(pg_catalog.=) 'queue'::pg_catalog.regnamespace
+           AND p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['enqueue', 'enqueue_batch', 'replay'])
+    LOOP
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s SET citus.allow_nested_distributed_execution = on', r.f);
+    END LOOP;
     SELECT g.groupid INTO v_group FROM pg_catalog.pg_dist_local_group g;
     IF coalesce(v_group, 0) OPERATOR(pg_catalog.=) 0 THEN
         RETURN 0;
@@ -358,6 +371,14 @@ BEGIN
         object := r.f::text;
         action := 'delegated by queue_name';
         RETURN NEXT;
+    END LOOP;
+
+    -- A delegated call may also run inside a statement Citus routes to
+    -- the queue's node (a call per row of dead_letters): its queries may
+    -- then run from there (the setting reaches every node's copy).
+    FOR r IN SELECT f FROM queue._delegated_functions() f
+    LOOP
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s SET citus.allow_nested_distributed_execution = on', r.f);
     END LOOP;
 
     -- The views of the reader role read as the owner.  Citus checks the
