@@ -125,6 +125,10 @@ CREATE FUNCTION queue._excerpt(p text, p_max int DEFAULT 200) RETURNS text
 $$;
 COMMENT ON FUNCTION queue._excerpt(text, int) IS 'A caller''s text as alerts quote it: whitespace folded, at most p_max characters';
 
+CREATE FUNCTION queue._try_lock_alert(queue_name text, kind text) RETURNS boolean
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'queue_try_lock_alert_sql';
+COMMENT ON FUNCTION queue._try_lock_alert(text, text) IS 'Tries the lock under which an alert of this kind is raised for the queue; false while another transaction raises it';
+
 -- Raise an alert unless one of that kind is open.  A new alert sends
 -- NOTIFY queue_alerts with its row as JSON; the message is already cut to
 -- 1,000 characters, and details that would take the payload past 7,000
@@ -133,7 +137,7 @@ COMMENT ON FUNCTION queue._excerpt(text, int) IS 'A caller''s text as alerts quo
 CREATE FUNCTION queue._raise_alert(p_queue text, p_kind text, p_message text,
                                    p_details jsonb DEFAULT '{}')
 RETURNS boolean LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp SET jit = off SET lock_timeout = '1ms' AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_row queue.alerts;
@@ -145,16 +149,16 @@ BEGIN
     -- dequeue or fail that made a dead letter or tripped the breaker, does
     -- not wait for that transaction (a bot's, perhaps held open), it goes
     -- on without raising.  Should that transaction roll back, sweep raises
-    -- the alert for what is still there.  (lock_timeout bounds the wait
-    -- for the other insert to the millisecond this function allows.)
-    BEGIN
-        INSERT INTO queue.alerts (queue_name, kind, message, details)
-        VALUES (p_queue, p_kind, queue._excerpt(p_message, 1000), coalesce(p_details, '{}'))
-        ON CONFLICT (queue_name, kind) WHERE cleared_at IS NULL DO NOTHING
-        RETURNING * INTO v_row;
-    EXCEPTION WHEN lock_not_available THEN
+    -- the alert for what is still there.  Every raise of a kind holds its
+    -- lock until its transaction ends, so the insert below never waits for
+    -- another one's outcome.
+    IF NOT queue._try_lock_alert(p_queue, p_kind) THEN
         RETURN false;
-    END;
+    END IF;
+    INSERT INTO queue.alerts (queue_name, kind, message, details)
+    VALUES (p_queue, p_kind, queue._excerpt(p_message, 1000), coalesce(p_details, '{}'))
+    ON CONFLICT (queue_name, kind) WHERE cleared_at IS NULL DO NOTHING
+    RETURNING * INTO v_row;
     IF v_row.alert_id IS NULL THEN
         RETURN false;
     END IF;

@@ -58,6 +58,7 @@ PG_FUNCTION_INFO_V1(queue_invalidate_cache);
 PG_FUNCTION_INFO_V1(queue_lock_queue_sql);
 PG_FUNCTION_INFO_V1(queue_try_lock_sweep_sql);
 PG_FUNCTION_INFO_V1(queue_lock_breaker_sql);
+PG_FUNCTION_INFO_V1(queue_try_lock_alert_sql);
 
 /*
  * Class of the queue lock's advisory tag (field4): pg_advisory_lock and its
@@ -335,6 +336,26 @@ queue_lock_breaker_sql(PG_FUNCTION_ARGS)
 
 	(void) queue_lock_private(name, QUEUE_LOCK_BREAKER, true);
 	PG_RETURN_VOID();
+}
+
+/*
+ * queue._try_lock_alert(queue_name text, kind text) returns boolean
+ *
+ * Tries, for the transaction, the lock under which an alert of this kind
+ * is raised for the queue (queue._raise_alert): false while another
+ * transaction is raising it, whose row is then the one open alert of that
+ * kind.  One private lock per queue and kind: the tag hashes both names
+ * (a queue name never holds the separator).
+ */
+Datum
+queue_try_lock_alert_sql(PG_FUNCTION_ARGS)
+{
+	char	   *name = queue_check_name(PG_GETARG_DATUM(0), PG_ARGISNULL(0));
+	char	   *kind;
+
+	queue_check_not_null(PG_ARGISNULL(1), "kind");
+	kind = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	PG_RETURN_BOOL(queue_lock_private(psprintf("%s\x1f%s", name, kind), QUEUE_LOCK_ALERT, false));
 }
 
 /*
