@@ -439,6 +439,14 @@ register_new_worker(Datum worker)
 	MemoryContext oldcontext = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
 
+	/*
+	 * Another dequeue registering this very name holds this lock until its
+	 * transaction ends: its row is the registration, so this one does not
+	 * even reach the insert (the lock_timeout below is left for a
+	 * register_worker() of the name in an open transaction).
+	 */
+	if (!queue_lock_private(TextDatumGetCString(worker), QUEUE_LOCK_WORKER_REG, false))
+		return;
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(oldcontext);
 	PG_TRY();

@@ -313,6 +313,7 @@ extern QueueDirectResult queue_complete_direct(Datum qname, int64 item_id, int64
 #define QUEUE_LOCK_STRIPE(s)	(2 + (s))	/* max_in_flight stripes 0..7 */
 #define QUEUE_LOCK_BREAKER		10	/* failures judge the breaker in turn */
 #define QUEUE_LOCK_ALERT		11	/* raising an alert of a kind (keyed by kind) */
+#define QUEUE_LOCK_WORKER_REG	12	/* a dequeue registering a new worker (keyed by its name) */
 extern bool queue_lock_private(const char *queue_name, uint16 slot, bool wait);
 
 /* dequeue.c */
