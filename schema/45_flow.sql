@@ -109,17 +109,28 @@ COMMENT ON FUNCTION queue._flow_band() IS 'Added to the priority of items of a l
 -- groups (queue._group_lock), then all noted keys that are parked, each in
 -- (queue_name, name) byte order, and forgets the notes, so later triggers
 -- only take locks the transaction holds.
+--
+-- A group's row comes and goes (a settle forgets a group nobody waits in),
+-- so the lock is only taken once the row is held: where the row was
+-- deleted by the commit this one waited for, it is made anew and locked,
+-- in its turn.  Going on without it would leave the group to be locked
+-- later, out of order, by the settle (on the row another commit made
+-- meanwhile, while that commit waits for a group this one holds).
 CREATE OR REPLACE FUNCTION queue._group_lock(p_queue text, p_group text)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM queue.queue_config c WHERE c.queue_name = p_queue) THEN
-        RETURN;     -- the queue was dropped
-    END IF;
-    INSERT INTO queue.flow_group (queue_name, group_key) VALUES (p_queue, p_group)
-    ON CONFLICT (queue_name, group_key) DO NOTHING;
-    PERFORM 1 FROM queue.flow_group f
-      WHERE f.queue_name = p_queue AND f.group_key = p_group FOR UPDATE;
+    LOOP
+        IF NOT EXISTS (SELECT 1 FROM queue.queue_config c WHERE c.queue_name = p_queue) THEN
+            RETURN;     -- the queue was dropped
+        END IF;
+        INSERT INTO queue.flow_group (queue_name, group_key) VALUES (p_queue, p_group)
+        ON CONFLICT (queue_name, group_key) DO NOTHING;
+        PERFORM 1 FROM queue.flow_group f
+          WHERE f.queue_name = p_queue AND f.group_key = p_group FOR UPDATE;
+        EXIT WHEN FOUND;
+        -- deleted by the commit waited for: the group is made anew
+    END LOOP;
 END
 $$;
 COMMENT ON FUNCTION queue._group_lock(text, text)
@@ -162,15 +173,11 @@ DECLARE
     v_new_pos bigint;
     v_promoted bigint;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM queue.queue_config c WHERE c.queue_name = p_queue) THEN
-        RETURN;     -- the queue was dropped
-    END IF;
-    INSERT INTO queue.flow_group (queue_name, group_key) VALUES (p_queue, p_group)
-    ON CONFLICT (queue_name, group_key) DO NOTHING;
+    PERFORM queue._group_lock(p_queue, p_group);    -- held already after _flow_lock_touched
     SELECT * INTO g FROM queue.flow_group f
      WHERE f.queue_name = p_queue AND f.group_key = p_group FOR UPDATE;
     IF NOT FOUND THEN
-        RETURN;
+        RETURN;     -- the queue was dropped
     END IF;
     -- a dequeue of this transaction that dead-lettered the head made the
     -- next member the head already (queue._group_move_on)
