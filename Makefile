@@ -78,6 +78,12 @@ endif
 
 # Custom targets follow the PGXS include.
 
+# Every object includes the one shared header: rebuild them all when it
+# changes (PGXS tracks header dependencies only for a PostgreSQL built
+# with --enable-depend, which Debian's is not), so that an incremental
+# build never links objects compiled against an older struct layout.
+$(OBJS): src/queue.h
+
 $(EXTENSION)--$(EXTVERSION).sql: $(SCHEMA_PARTS)
 	( echo '/* $(EXTENSION)--$(EXTVERSION).sql */'; \
 	  echo ''; \
