@@ -570,6 +570,7 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_db text := current_setting('cron.database_name', true);
+    r record;
 BEGIN
     IF enable_cron.sweep_schedule IS NULL OR enable_cron.metrics_schedule IS NULL THEN
         RAISE EXCEPTION '% must not be null',
@@ -595,22 +596,20 @@ BEGIN
     -- changes the schedules, never adds jobs.  pg_cron judges the schedule
     -- text (its forms vary with its version); a refusal names the argument,
     -- and the statement's error leaves both jobs as they were.
-    BEGIN
-        PERFORM cron.schedule_in_database('queue_sweep', enable_cron.sweep_schedule,
-                                          'CALL queue.run_sweep()', current_database());
-    EXCEPTION WHEN invalid_parameter_value THEN
-        RAISE EXCEPTION 'invalid sweep_schedule "%"', left(enable_cron.sweep_schedule, 200)
-            USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM,
-                  HINT = 'Give a pg_cron schedule: five cron fields such as ''*/5 * * * *'' (every 5 minutes), or @hourly, @daily.';
-    END;
-    BEGIN
-        PERFORM cron.schedule_in_database('queue_snapshot_metrics', enable_cron.metrics_schedule,
-                                          'SELECT queue.snapshot_metrics()', current_database());
-    EXCEPTION WHEN invalid_parameter_value THEN
-        RAISE EXCEPTION 'invalid metrics_schedule "%"', left(enable_cron.metrics_schedule, 200)
-            USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM,
-                  HINT = 'Give a pg_cron schedule: five cron fields such as ''*/5 * * * *'' (every 5 minutes), or @hourly, @daily.';
-    END;
+    FOR r IN SELECT j.job, j.schedule, j.command, j.arg
+               FROM (VALUES ('queue_sweep', enable_cron.sweep_schedule,
+                             'CALL queue.run_sweep()', 'sweep_schedule'),
+                            ('queue_snapshot_metrics', enable_cron.metrics_schedule,
+                             'SELECT queue.snapshot_metrics()', 'metrics_schedule'))
+                    AS j(job, schedule, command, arg) LOOP
+        BEGIN
+            PERFORM cron.schedule_in_database(r.job, r.schedule, r.command, current_database());
+        EXCEPTION WHEN invalid_parameter_value THEN
+            RAISE EXCEPTION 'invalid % "%"', r.arg, left(r.schedule, 200)
+                USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM,
+                      HINT = 'Give a pg_cron schedule: five cron fields such as ''*/5 * * * *'' (every 5 minutes), or @hourly, @daily.';
+        END;
+    END LOOP;
 END
 $$;
 COMMENT ON FUNCTION queue.enable_cron(text, text)
