@@ -427,10 +427,13 @@ stripe_room(Datum qname, int s, int nstripes, int32 cap)
  * connection of the same new worker may be registering it in a
  * transaction still open: its row is the registration, and this claim
  * does not wait for that transaction to end (an INSERT ... ON CONFLICT
- * would, for the other insert's outcome), as SKIP LOCKED would not.  The
- * insert runs in a subtransaction under a lock_timeout of a millisecond;
- * when it times out, the other connection's registration stands (or, if
- * that rolls back, the worker's next call registers it).
+ * would, for the other insert's outcome), as SKIP LOCKED would not: a
+ * dequeue registering the name holds a private lock on it, which another
+ * one only tries.  A register_worker() of the name still in an open
+ * transaction takes no such lock, so the insert runs in a subtransaction
+ * under a lock_timeout of a millisecond; when it times out, the other
+ * registration stands (or, if it rolls back, the worker's next call
+ * registers it).
  */
 static void
 register_new_worker(Datum worker)
@@ -439,12 +442,7 @@ register_new_worker(Datum worker)
 	MemoryContext oldcontext = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
 
-	/*
-	 * Another dequeue registering this very name holds this lock until its
-	 * transaction ends: its row is the registration, so this one does not
-	 * even reach the insert (the lock_timeout below is left for a
-	 * register_worker() of the name in an open transaction).
-	 */
+	/* another dequeue registering this very name holds it: its row stands */
 	if (!queue_lock_private(TextDatumGetCString(worker), QUEUE_LOCK_WORKER_REG, false))
 		return;
 	BeginInternalSubTransaction(NULL);
