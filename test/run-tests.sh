@@ -70,24 +70,35 @@ count_regress() {
 	failed=$((failed + bad))
 }
 
-run_suite() {
+# suite_start NAME COMMAND...: runs COMMAND in the background, its output
+# in $LOGDIR/NAME.log; suite_end NAME waits for it, prints the log and
+# counts its results.  run_suite does both, one suite after the other.
+declare -A suite_pid suite_began
+suite_start() {
 	local name=$1
 	shift
 	local log="$LOGDIR/$name.log"
 	local as=("${RUN_AS[@]}")
 	# the demo suite starts as root itself, like `make demo`
 	[ "$name" = demo ] && as=()
-	echo "=== $name"
+	suite_began[$name]=$SECONDS
 	# as postgres, from the copy: a clone under /root (0700) is no folder
 	# postgres may stand in, and every command would say so in the log
 	# a suite that hangs fails on its own after SUITE_TIMEOUT seconds
 	# (SIGTERM, then SIGKILL), so a run always ends with a report
-	if (if [ ${#as[@]} -gt 0 ]; then cd "$WORK" || exit 1; fi
-		timeout -k 30 "$SUITE_TIMEOUT" "${as[@]}" "$@") >"$log" 2>&1; then
-		status=0
-	else
-		status=$?
-	fi
+	(if [ ${#as[@]} -gt 0 ]; then cd "$WORK" || exit 1; fi
+		timeout -k 30 "$SUITE_TIMEOUT" "${as[@]}" "$@") >"$log" 2>&1 &
+	suite_pid[$name]=$!
+}
+
+suite_end() {
+	local name=$1
+	local log="$LOGDIR/$name.log"
+	local status=0
+	[ -n "${suite_pid[$name]:-}" ] || return 0
+	wait "${suite_pid[$name]}" || status=$?
+	unset "suite_pid[$name]"
+	echo "=== $name ($((SECONDS - ${suite_began[$name]})) s)"
 	cat "$log"
 	[ "$status" = 124 ] && echo "not ok - suite $name did not end within ${SUITE_TIMEOUT} s (SUITE_TIMEOUT) and was stopped"
 	case $name in
@@ -102,7 +113,7 @@ run_suite() {
 			t_bad=$(grep -E '^not ok ' "$log" | grep -vc '# TODO' || true)
 			passed=$((passed + t_ok)); failed=$((failed + t_bad)) ;;
 	esac
-	if [ $status != 0 ]; then
+	if [ "$status" != 0 ]; then
 		failed_suites="$failed_suites $name"
 		# a suite that failed without a counted failure still fails the run
 		[ "$failed" = 0 ] && failed=1
@@ -116,20 +127,31 @@ run_suite() {
 	fi
 }
 
+run_suite() {
+	suite_start "$@"
+	suite_end "$1"
+}
+
 MK=(make -C "$WORK" PG_CONFIG="$PG_CONFIG" installcheck)
 for s in $SUITES; do
 	case $s in
 		regress) run_suite regress "${MK[@]}" ISOLATION= TAP_TESTS= ;;
 		isolation) run_suite isolation "${MK[@]}" REGRESS= TAP_TESTS= ;;
 		tap) run_suite tap "${MK[@]}" REGRESS= ISOLATION= ;;
-		tools) [ -x test/worker/run.sh ] && run_suite tools bash "$WORK/test/worker/run.sh" ;;
+		tools)
+			# mostly waiting (leases, signals, timeouts): it runs beside
+			# tools-asan when both are asked for, each on its own cluster
+			[ -x test/worker/run.sh ] && suite_start tools bash "$WORK/test/worker/run.sh"
+			case " $SUITES " in *" tools-asan "*) ;; *) suite_end tools ;; esac ;;
 		tools-asan)
 			make -s -C "$WORK" PG_CONFIG="$PG_CONFIG" tools-asan >/dev/null ||
 				{ echo "sanitizer build failed"; make -C "$WORK" PG_CONFIG="$PG_CONFIG" tools-asan; exit 1; }
 			[ "$WORK" != "$REPO" ] && chown -R postgres "$WORK/tools"
-			run_suite tools-asan env SANITIZED=1 \
+			suite_start tools-asan env SANITIZED=1 \
 				WORKER="$WORK/tools/queue-worker/queue-worker-asan" TOP="$WORK/tools/queue-top/queue-top-asan" \
-				bash "$WORK/test/worker/run.sh" ;;
+				bash "$WORK/test/worker/run.sh"
+			[ -n "${suite_pid[tools]:-}" ] && suite_end tools
+			suite_end tools-asan ;;
 		demo) run_suite demo env PG_CONFIG="$PG_CONFIG" bash "$REPO/test/demo/clone.sh" ;;
 		ecosystem) run_suite ecosystem bash "$WORK/test/ecosystem/run.sh" ;;
 		citus)
@@ -146,6 +168,8 @@ for s in $SUITES; do
 		*) echo "unknown suite $s"; exit 2 ;;
 	esac
 done
+# a suite still running in the background (tools listed after tools-asan)
+for s in "${!suite_pid[@]}"; do suite_end "$s"; done
 
 [ "$WORK" != "$REPO" ] && [ -z "$failed_suites" ] && rm -rf "$WORK"
 echo

@@ -44,10 +44,13 @@ PGDATA="$TMP/data"
 LOG="$TMP/logs"
 mkdir -p "$LOG"
 
-# A free port in the private range 57000-57999.
+# A free port in the private range 57000-57999: the lower half for the
+# plain run, the upper half for the sanitizer run that goes beside it.
 PORT=
+base=57000
+[ -n "$SANITIZED" ] && base=57500
 for _ in $(seq 1 50); do
-	p=$((57000 + RANDOM % 1000))
+	p=$((base + RANDOM % 500))
 	if ! "$BINDIR/pg_isready" -q -h "$TMP" -p "$p" 2>/dev/null &&
 		! ss -ltn 2>/dev/null | grep -q ":$p "; then
 		PORT=$p
