@@ -61,7 +61,6 @@ ISOLATION_OPTS = --inputdir=test --load-extension=queue --temp-instance=./tmp_ch
 # TAP tests (crash recovery, concurrency, faults, tools).
 TAP_TESTS = 1
 PROVE_TESTS ?= test/t/*.pl
-PROVE_FLAGS = --timer
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
@@ -77,6 +76,9 @@ all install installcheck:
 endif
 
 # Custom targets follow the PGXS include.
+
+# Each TAP file's time in the log (PGXS empties PROVE_FLAGS, so after it).
+PROVE_FLAGS = --timer
 
 # Every object includes the one shared header: rebuild them all when it
 # changes (PGXS tracks header dependencies only for a PostgreSQL built

@@ -104,8 +104,9 @@ suite_end() {
 	case $name in
 		regress | isolation) count_regress "$log" ;;
 		tap)
-			t_ok=$(grep -cE '^test/t/.* ok' "$log" || true)
-			t_bad=$(grep -cE '^test/t/.* (Failed|Dubious|No subtests)' "$log" || true)
+			# "[hh:mm:ss] test/t/x.pl .. ok  123 ms" with prove --timer
+			t_ok=$(grep -cE '^(\[[0-9:]+\] )?test/t/.* ok' "$log" || true)
+			t_bad=$(grep -cE '^(\[[0-9:]+\] )?test/t/.* (Failed|Dubious|No subtests)' "$log" || true)
 			passed=$((passed + t_ok)); failed=$((failed + t_bad)) ;;
 		tools | tools-asan | demo | ecosystem | citus)
 			t_ok=$(grep -cE '^ok ' "$log" || true)
