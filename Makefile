@@ -78,7 +78,7 @@ endif
 # Custom targets follow the PGXS include.
 
 # Each TAP file's time in the log (PGXS empties PROVE_FLAGS, so after it).
-PROVE_FLAGS = --timer
+PROVE_FLAGS = --timer -j2
 
 # Every object includes the one shared header: rebuild them all when it
 # changes (PGXS tracks header dependencies only for a PostgreSQL built
