@@ -217,6 +217,23 @@ BEGIN
        AND EXISTS (SELECT 1 FROM queue.item_live i
                     WHERE i.queue_name = p_queue AND i.item_id = g.head_id
                       AND NOT i.group_wait) THEN
+        -- enqueue_batch writes its keyed rows in key order, not in line, so
+        -- the presumed heads of a group it adds settle out of line: one
+        -- before the head that a row of the same write became (same xmin:
+        -- written by this transaction, so nobody else has claimed it) takes
+        -- that head's place, and the head waits behind it
+        IF p_new IS NOT NULL
+           AND EXISTS (SELECT 1 FROM queue.item_live h, queue.item_live n
+                        WHERE h.queue_name = p_queue AND h.item_id = g.head_id
+                          AND n.queue_name = p_queue AND n.item_id = p_new
+                          AND NOT n.group_wait AND n.lease_token IS NULL
+                          AND h.lease_token IS NULL AND h.xmin OPERATOR(pg_catalog.=) n.xmin
+                          AND (n.group_pos, n.item_id) < (h.group_pos, h.item_id)) THEN
+            PERFORM queue._group_park(p_queue, g.head_id);
+            UPDATE queue.flow_group f SET head_id = p_new, blocked_by = NULL
+             WHERE f.queue_name = p_queue AND f.group_key = p_group;
+            RETURN;
+        END IF;
         PERFORM queue._group_park(p_queue, p_new);
         RETURN;
     END IF;
