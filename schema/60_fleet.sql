@@ -106,10 +106,13 @@ BEGIN
     END IF;
 
     -- restart: every lease still held under the name ends now as a lost
-    -- lease.  NB: items before the worker row, the order offline recovery
-    -- and heartbeat take them in.
+    -- lease, in the queues the caller may work (as heartbeat renews only
+    -- those): names are global, and another tenant's bot may claim under
+    -- a name this role registered.  NB: items before the worker row, the
+    -- order offline recovery and heartbeat take them in.
     IF coalesce(register_worker.restart, false) THEN
         FOR v_q IN SELECT c.queue_name FROM queue.queue_config c ORDER BY 1 LOOP
+            CONTINUE WHEN NOT queue._may_access(v_q, 'worker');
             PERFORM queue._end_restarted_leases(v_q, v_worker, NULL);
         END LOOP;
     END IF;
