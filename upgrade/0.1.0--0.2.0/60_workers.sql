@@ -509,7 +509,18 @@ BEGIN
            labels = EXCLUDED.labels, last_seen = greatest(w.last_seen, EXCLUDED.last_seen),
            offline_handled_at = NULL, session = EXCLUDED.session,
            registered_by = coalesce(w.registered_by, EXCLUDED.registered_by),
-           restarted_at = coalesce(EXCLUDED.restarted_at, w.restarted_at);
+           restarted_at = coalesce(EXCLUDED.restarted_at, w.restarted_at)
+     WHERE w.registered_by IS NULL OR w.registered_by = EXCLUDED.registered_by
+        OR pg_has_role(v_caller, 'queue_admin', 'MEMBER');
+    -- another role registered the name after the check above, in a
+    -- transaction this one waited for: the name is that role's
+    IF NOT FOUND THEN
+        SELECT w.registered_by INTO v_owner FROM queue.worker_registry w WHERE w.worker = v_worker;
+        RAISE EXCEPTION 'worker "%" belongs to role %', v_worker, v_owner
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'A queue_worker may register only a new worker name or one it registered itself.',
+                  HINT = 'Choose another worker name, or ask a queue_admin.';
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION queue.register_worker(text, text[], int, jsonb, text[], boolean)
