@@ -136,8 +136,15 @@ run_suite() {
 MK=(make -C "$WORK" PG_CONFIG="$PG_CONFIG" installcheck)
 for s in $SUITES; do
 	case $s in
-		regress) run_suite regress "${MK[@]}" ISOLATION= TAP_TESTS= ;;
-		isolation) run_suite isolation "${MK[@]}" REGRESS= TAP_TESTS= ;;
+		regress)
+			# pg_regress and the isolation tester run side by side, each
+			# on its own temporary instance (isolation on another port)
+			suite_start regress "${MK[@]}" ISOLATION= TAP_TESTS=
+			case " $SUITES " in *" isolation "*) ;; *) suite_end regress ;; esac ;;
+		isolation)
+			suite_start isolation "${MK[@]}" REGRESS= TAP_TESTS= EXTRA_REGRESS_OPTS=--port=58432
+			[ -n "${suite_pid[regress]:-}" ] && suite_end regress
+			suite_end isolation ;;
 		tap) run_suite tap "${MK[@]}" REGRESS= ISOLATION= ;;
 		tools)
 			# mostly waiting (leases, signals, timeouts): it runs beside
