@@ -447,6 +447,13 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Pass NULL for a worker without a limit.';
     END IF;
+    -- lists, as enqueue's requires: a two-dimensional array is a mistake
+    v_q := CASE WHEN array_ndims(register_worker.queues) > 1 THEN 'queues'
+                WHEN array_ndims(register_worker.labels) > 1 THEN 'labels' END;
+    IF v_q IS NOT NULL THEN
+        RAISE EXCEPTION '% must be a one-dimensional array', v_q
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     FOREACH v_q IN ARRAY coalesce(register_worker.queues, '{}') LOOP
         PERFORM queue._check_name(v_q);
     END LOOP;
