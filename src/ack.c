@@ -685,6 +685,10 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 	queue_check_one_dimensional(ids, "item_ids");
 	queue_check_one_dimensional(toks, "lease_tokens");
 	queue_check_batch_length(ArrayGetNItems(ARR_NDIM(ids), ARR_DIMS(ids)), "item_ids");
+	queue_check_no_null_elements(ids, "item_ids",
+								 "Pass the item_id and lease_token dequeue returned for each item to complete.");
+	queue_check_no_null_elements(toks, "lease_tokens",
+								 "Pass the item_id and lease_token dequeue returned for each item to complete.");
 	if (!PG_ARGISNULL(3))
 		queue_check_jsonb_size(PG_GETARG_DATUM(3), "result");
 	if (ArrayGetNItems(ARR_NDIM(ids), ARR_DIMS(ids)) !=

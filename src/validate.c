@@ -139,6 +139,31 @@ queue_check_one_dimensional(ArrayType *arr, const char *argname)
 }
 
 /*
+ * queue_check_no_null_elements
+ *		A one-dimensional array argument whose every element stands for a
+ *		value that is required (an item id, a lease token) has no NULL
+ *		element: the first one is 22004, named by its position from 1, as
+ *		enqueue_batch names payloads[i].
+ */
+void
+queue_check_no_null_elements(ArrayType *arr, const char *argname, const char *hint)
+{
+	bits8	   *bitmap = ARR_NULLBITMAP(arr);
+	int			n = ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr));
+
+	if (bitmap == NULL)
+		return;
+	for (int i = 0; i < n; i++)
+	{
+		if ((bitmap[i / 8] & (1 << (i % 8))) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("%s[%d] must not be null", argname, i + 1),
+					 hint ? errhint("%s", hint) : 0));
+	}
+}
+
+/*
  * The one rule of every size bound: a value of `size` bytes over `limit`
  * is 54000, naming the argument, the limit and what to do instead.
  */
