@@ -99,8 +99,9 @@ BEGIN
         RAISE EXCEPTION 'labels must not contain empty labels'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    PERFORM queue._check_text(register_worker.labels::text, 'labels');
-    PERFORM queue._check_text(register_worker.queues::text, 'queues');
+    -- each list as a whole, counted as the bytes of its texts
+    PERFORM queue._check_text(array_to_string(register_worker.labels, ''), 'labels');
+    PERFORM queue._check_text(array_to_string(register_worker.queues, ''), 'queues');
     PERFORM queue._check_jsonb(register_worker.info, 'info');
     -- a worker name belongs to the role that registered it (or an admin)
     SELECT w.registered_by INTO v_owner FROM queue.worker_registry w WHERE w.worker = v_worker;

@@ -446,16 +446,20 @@ flow_check_requires(Datum requires, bool *isnull)
 	{
 		Datum	   *labels;
 		int			nlabels;
+		Size		bytes = 0;
 
 		deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &labels, NULL, &nlabels);
 		for (int i = 0; i < nlabels; i++)
+		{
 			if (VARSIZE_ANY_EXHDR(DatumGetPointer(labels[i])) == 0)
 				ereport(ERROR,
 						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						 errmsg("requires must not contain empty labels")));
+			bytes += VARSIZE_ANY_EXHDR(DatumGetPointer(labels[i]));
+		}
+		/* stored with every item: bounded as a whole like a text */
+		queue_check_text_bytes(bytes, "requires");
 	}
-	/* stored with every item: bounded like a text */
-	queue_check_text_size(PointerGetDatum(arr), "requires");
 	return PointerGetDatum(arr);
 }
 

@@ -216,6 +216,7 @@ extern void queue_check_priority(int32 priority);
 extern void queue_check_batch_length(int nelems, const char *argname);
 extern void queue_check_one_dimensional(ArrayType *arr, const char *argname);
 extern void queue_check_no_null_elements(ArrayType *arr, const char *argname, const char *hint);
+extern void queue_check_text_bytes(Size bytes, const char *argname);
 extern void queue_check_payload(Datum payload, const char *argname);
 extern void queue_check_jsonb_size(Datum value, const char *argname);
 extern void queue_check_key_size(Datum value, const char *argname);

@@ -207,6 +207,21 @@ queue_check_text_size(Datum value, const char *argname)
 }
 
 /*
+ * queue_check_text_bytes
+ *		The bound on texts for a list of them stored as a whole (an item's
+ *		requires): `bytes` is the length of its texts together, separators
+ *		and the array's own header not counted, so that a list of one
+ *		label is bounded exactly as that label would be.
+ */
+void
+queue_check_text_bytes(Size bytes, const char *argname)
+{
+	check_size(bytes, QUEUE_TEXT_MAX_BYTES, argname,
+			   "the limit for texts",
+			   "Keep long texts elsewhere and pass an excerpt or a reference.");
+}
+
+/*
  * queue_check_key_size
  *		A key (dedup_key, group_key, limit_key) is a text stored with an item,
  *		and also an entry of the indexes that find its holder, its group or
