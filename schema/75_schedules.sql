@@ -321,6 +321,7 @@ DECLARE
     v_name text := queue._check_name(schedule.queue_name);
     v_next timestamptz;
     v_old queue.schedule_config;
+    v_try int;
 BEGIN
     IF schedule.name IS NULL THEN
         RAISE EXCEPTION 'name must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -360,23 +361,36 @@ BEGIN
     END IF;
     PERFORM queue._schedule_job();
 
-    SELECT * INTO v_old FROM queue.schedule_config s
-     WHERE s.queue_name = v_name AND s.name = schedule.name FOR UPDATE;
-    IF FOUND THEN
-        -- the same expression again (a deploy script re-run) keeps its
-        -- pending tick; a new one starts from now
-        UPDATE queue.schedule_config s
-           SET cron = schedule.cron, payload = schedule.payload, priority = schedule.priority,
-               group_key = schedule.group_key, limit_key = schedule.limit_key,
-               updated_at = now(), last_error = NULL,
-               next_tick = CASE WHEN s.cron = schedule.cron THEN s.next_tick ELSE v_next END
-         WHERE s.queue_name = v_name AND s.name = schedule.name;
-    ELSE
-        INSERT INTO queue.schedule_config (queue_name, name, cron, payload, priority,
-                                           group_key, limit_key, next_tick)
+    -- NB: a schedule of the name that another transaction is creating is
+    -- waited for by the INSERT, then found and replaced on the next turn
+    -- (never a unique violation); one unscheduled meanwhile is made anew
+    FOR v_try IN 1..3 LOOP
+        SELECT * INTO v_old FROM queue.schedule_config s
+         WHERE s.queue_name = v_name AND s.name = schedule.name FOR UPDATE;
+        IF FOUND THEN
+            -- the same expression again (a deploy script re-run) keeps its
+            -- pending tick; a new one starts from now
+            UPDATE queue.schedule_config s
+               SET cron = schedule.cron, payload = schedule.payload, priority = schedule.priority,
+                   group_key = schedule.group_key, limit_key = schedule.limit_key,
+                   updated_at = now(), last_error = NULL,
+                   next_tick = CASE WHEN s.cron = schedule.cron THEN s.next_tick ELSE v_next END
+             WHERE s.queue_name = v_name AND s.name = schedule.name;
+            EXIT;
+        END IF;
+        INSERT INTO queue.schedule_config AS s (queue_name, name, cron, payload, priority,
+                                                group_key, limit_key, next_tick)
         VALUES (v_name, schedule.name, schedule.cron, schedule.payload, schedule.priority,
-                schedule.group_key, schedule.limit_key, v_next);
-    END IF;
+                schedule.group_key, schedule.limit_key, v_next)
+        ON CONFLICT (queue_name, name) DO NOTHING;
+        EXIT WHEN FOUND;
+        IF v_try = 3 THEN
+            RAISE EXCEPTION 'could not set schedule "%" of queue "%"', schedule.name, v_name
+                USING ERRCODE = 'serialization_failure',
+                      DETAIL = 'Other transactions kept creating and removing a schedule of that name.',
+                      HINT = 'Retry the transaction.';
+        END IF;
+    END LOOP;
     PERFORM queue._event(v_name, NULL, 'schedule_set', NULL, NULL,
                          jsonb_build_object('name', schedule.name, 'cron', schedule.cron,
                                             'replaced', v_old.name IS NOT NULL,
