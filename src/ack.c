@@ -1008,7 +1008,6 @@ queue_fail(PG_FUNCTION_ARGS)
 		{
 			/* the backoff, an interval added to now() as retry_in is */
 			backoff = backoff_interval(&cfg, attempt);
-			retry_s = queue_interval_seconds(&backoff);
 			rv[2] = IntervalPGetDatum(&backoff);
 		}
 		else
@@ -1026,6 +1025,20 @@ queue_fail(PG_FUNCTION_ARGS)
 						   queue_prepare_cached(&citus_retry_plan, CITUS_RETRY_SQL, 7, rt) :
 						   queue_prepare_cached(&retry_plan, RETRY_SQL, 5, rt),
 						   rv, rn, false, 0, SPI_OK_UPDATE_RETURNING, "scheduling retry");
+
+		/*
+		 * The wait the event reports is the one the item got, from now() to
+		 * its run_at: a month or a year of retry_in or backoff is a calendar
+		 * one, which queue_interval_seconds would count as 30 or 360 days.
+		 */
+		{
+			bool		isnull;
+			TimestampTz run_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+																   SPI_tuptable->tupdesc,
+																   1, &isnull));
+
+			retry_s = (double) (run_at - GetCurrentTransactionStartTimestamp()) / USECS_PER_SEC;
+		}
 		snprintf(details, sizeof(details), "{\"retry_in_seconds\": %.3f}", retry_s);
 		queue_log_event(queue_name, cfg.audit, DatumGetInt64(values[1]), "retrying",
 						worker_null ? NULL : TextDatumGetCString(worker), attempt, details);
