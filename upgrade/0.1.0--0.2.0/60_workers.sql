@@ -231,6 +231,9 @@ BEGIN
            last_error = p_error, error_code = p_error_code,
            errors = i.errors || jsonb_build_array(v_entry)
      WHERE i.queue_name = p_queue AND i.item_id = p_item_id;
+    -- per failure, failed then retrying: claimable again at once
+    PERFORM queue._event(p_queue, p_item_id, 'retrying', r.worker, r.attempt,
+                         jsonb_build_object('retry_in_seconds', 0.000, 'reason', p_error_code));
     PERFORM queue._event(p_queue, p_item_id, 'recovered', r.worker, r.attempt,
                          jsonb_build_object('reason', p_error_code, 'worker', r.worker));
     PERFORM queue._end_lease_probe(p_queue, p_item_id, r.lease_expires_at, false);

@@ -18,6 +18,9 @@ BEGIN
     LOOP
         PERFORM queue._record_failure(p_queue, r.item_id, r.attempt, r.worker, 'lease_expired',
                                       'lease expired', 'lease_expired');
+        -- per failure, failed then retrying: claimable again at once
+        PERFORM queue._event(p_queue, r.item_id, 'retrying', r.worker, r.attempt,
+                             jsonb_build_object('retry_in_seconds', 0.000, 'reason', 'lease_expired'));
         PERFORM queue._event(p_queue, r.item_id, 'recovered', r.worker, r.attempt,
                              jsonb_build_object('reason', 'lease_expired'));
     END LOOP;
@@ -58,6 +61,10 @@ BEGIN
        SET lost_counted = true, last_error = 'lease expired', error_code = 'lease_expired',
            errors = i.errors || v_entry
      WHERE i.queue_name = p_queue AND i.item_id = p_item_id;
+    -- per failure, failed then retrying: the item has been claimable since
+    -- the lease's end
+    PERFORM queue._event(p_queue, p_item_id, 'retrying', v_worker, v_attempt,
+                         jsonb_build_object('retry_in_seconds', 0.000, 'reason', 'lease_expired'));
     PERFORM queue._event(p_queue, p_item_id, 'recovered', v_worker, v_attempt,
                          jsonb_build_object('reason', 'lease_expired'));
     RETURN true;
