@@ -142,5 +142,31 @@ SELECT (SELECT count(*) FROM queue.item_live WHERE queue_name = 'mix')
      + (SELECT count(*) FROM queue.dead_letters WHERE queue_name = 'mix')}),
 	'2000', 'every item is live, processed or dead: none lost or doubled');
 
+# --- pg_cron installed but not loaded ---------------------------------------
+
+# The server restarts without pg_cron in shared_preload_libraries, its
+# cron.database_name line left in postgresql.conf (a placeholder setting
+# now): pg_cron is installed in 'postgres' and named by that line, but runs
+# nothing.  enable_cron, disable_cron and schedule say so with 55000, in
+# that database and in another one, and store nothing.
+$node->adjust_conf('postgresql.conf', 'shared_preload_libraries', "''");
+$node->restart;
+$node->safe_psql('nocron', q{SELECT queue.create_queue('nocron_q')});
+foreach my $case (
+	[ 'postgres', q{SELECT queue.enable_cron()} ],
+	[ 'postgres', q{SELECT queue.disable_cron()} ],
+	[ 'postgres', q{SELECT queue.schedule('cron_q', 'tick', '* * * * *', '{}')} ],
+	[ 'nocron', q{SELECT queue.enable_cron()} ],
+	[ 'nocron', q{SELECT queue.schedule('nocron_q', 'tick', '* * * * *', '{}')} ])
+{
+	my ($db, $sql) = @$case;
+	($rc, $out, $err) = $node->psql($db, "\\set VERBOSITY verbose\n$sql");
+	like($err, qr/ERROR:  55000: pg_cron is not loaded/,
+		"pg_cron not loaded: $sql in $db fails with 55000");
+}
+is($node->safe_psql('postgres', q{SELECT count(*) FROM queue.schedules}) . ' '
+	. $node->safe_psql('nocron', q{SELECT count(*) FROM queue.schedules}),
+	'0 0', 'and no schedule was stored');
+
 $node->stop;
 done_testing();
