@@ -256,17 +256,19 @@ CREATE OR REPLACE FUNCTION queue._schedule_clock()
 RETURNS text LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
-    v_db text := current_setting('cron.database_name', true);
+    v_db text := queue._pg_cron_database();
 BEGIN
-    PERFORM 1 FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_cron';
-    IF FOUND THEN
-        RETURN 'here';
-    END IF;
+    -- NB: before the look for the extension: pg_cron installed here but
+    -- not loaded (dropped from shared_preload_libraries) runs no job
     IF v_db IS NULL OR v_db = '' THEN
         RAISE EXCEPTION 'pg_cron is not loaded'
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   DETAIL = 'Recurring items are enqueued by a pg_cron job.',
                   HINT = 'Add pg_cron to shared_preload_libraries, restart the server, and run CREATE EXTENSION pg_cron in the database named by cron.database_name.';
+    END IF;
+    PERFORM 1 FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_cron';
+    IF FOUND THEN
+        RETURN 'here';
     END IF;
     IF v_db = current_database() THEN
         RAISE EXCEPTION 'pg_cron is not installed in database "%"', current_database()

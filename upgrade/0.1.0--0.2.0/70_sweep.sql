@@ -541,23 +541,42 @@ $$;
 COMMENT ON PROCEDURE queue.run_sweep()
     IS 'sweep() committing after each queue, then the leftovers of dropped queues; what the pg_cron job runs';
 
+-- The database pg_cron runs its jobs from, or NULL when pg_cron is not
+-- loaded (not in shared_preload_libraries).  Read from pg_settings: with
+-- pg_cron not loaded, a cron.database_name line of postgresql.conf is a
+-- mere placeholder, which current_setting() returns all the same.  Called
+-- by SECURITY DEFINER functions, whose owner may see the setting.
+CREATE OR REPLACE FUNCTION queue._pg_cron_database()
+RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT s.setting FROM pg_catalog.pg_settings s
+     WHERE s.name OPERATOR(pg_catalog.=) 'cron.database_name'
+$$;
+COMMENT ON FUNCTION queue._pg_cron_database()
+    IS 'The database pg_cron runs in (cron.database_name), NULL when pg_cron is not loaded';
+
 CREATE OR REPLACE FUNCTION queue._require_pg_cron()
 RETURNS void LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 BEGIN
+    IF queue._pg_cron_database() IS NULL THEN
+        RAISE EXCEPTION 'pg_cron is not loaded'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'pg_cron runs jobs only when shared_preload_libraries names it.',
+                  HINT = 'Add pg_cron to shared_preload_libraries, restart the server, and run CREATE EXTENSION pg_cron in the database named by cron.database_name; or schedule CALL queue.run_sweep() and SELECT queue.snapshot_metrics() with another scheduler.';
+    END IF;
     PERFORM 1 FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_cron';
     IF NOT FOUND THEN
         RAISE EXCEPTION 'pg_cron is not installed in database "%"', current_database()
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   DETAIL = format('pg_cron runs its jobs from the database named by cron.database_name (now %s).',
-                                  coalesce(quote_literal(current_setting('cron.database_name', true)),
-                                           'not set: pg_cron is not loaded')),
+                                  quote_literal(queue._pg_cron_database())),
                   HINT = 'Add pg_cron to shared_preload_libraries, restart the server, and run CREATE EXTENSION pg_cron in that database; or schedule CALL queue.run_sweep() and SELECT queue.snapshot_metrics() with another scheduler.';
     END IF;
 END
 $$;
-COMMENT ON FUNCTION queue._require_pg_cron() IS 'Fails with a hint (55000) unless pg_cron is installed in this database';
+COMMENT ON FUNCTION queue._require_pg_cron() IS 'Fails with a hint (55000) unless pg_cron is loaded and installed in this database';
 
 -- pg_cron can only be created in the database cron.database_name names,
 -- and keeps every job there: enable_cron() and disable_cron() called in
@@ -569,7 +588,7 @@ RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
-    v_db text := current_setting('cron.database_name', true);
+    v_db text := queue._pg_cron_database();
     r record;
 BEGIN
     IF enable_cron.sweep_schedule IS NULL OR enable_cron.metrics_schedule IS NULL THEN
@@ -621,7 +640,7 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_job bigint;
-    v_db text := current_setting('cron.database_name', true);
+    v_db text := queue._pg_cron_database();
 BEGIN
     IF v_db IS NOT NULL AND v_db <> '' AND v_db <> current_database()
        AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_cron') THEN
@@ -646,6 +665,7 @@ $$;
 COMMENT ON FUNCTION queue.disable_cron()
     IS 'Removes the pg_cron jobs of enable_cron(); does nothing when they do not exist';
 
+REVOKE ALL ON FUNCTION queue._pg_cron_database() FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._retention(text, int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._forget_dedup_keys(text, int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue.apply_retention(text) FROM PUBLIC;
