@@ -54,10 +54,21 @@ DECLARE
     v_channel text;
 BEGIN
     PERFORM queue._check_access(v_name, 'reader');
-    INSERT INTO queue.alert_channels AS a (queue_name, channel)
-    VALUES (v_name, 'queue_alerts_' || replace(gen_random_uuid()::text, '-', ''))
-    ON CONFLICT ON CONSTRAINT alert_channels_pkey DO NOTHING;
+    -- NB: a look first: a channel made before is told in a read-only
+    -- transaction too (a hot standby, default_transaction_read_only)
     SELECT a.channel INTO v_channel FROM queue.alert_channels a WHERE a.queue_name = v_name;
+    IF v_channel IS NULL THEN
+        IF current_setting('transaction_read_only')::boolean THEN
+            RAISE EXCEPTION 'queue "%" has no alert channel yet', v_name
+                USING ERRCODE = 'read_only_sql_transaction',
+                      DETAIL = 'The first alert_channel() call of a queue makes its channel, a write.',
+                      HINT = 'Call alert_channel() once in a read-write transaction (on the primary).';
+        END IF;
+        INSERT INTO queue.alert_channels AS a (queue_name, channel)
+        VALUES (v_name, 'queue_alerts_' || replace(gen_random_uuid()::text, '-', ''))
+        ON CONFLICT ON CONSTRAINT alert_channels_pkey DO NOTHING;
+        SELECT a.channel INTO v_channel FROM queue.alert_channels a WHERE a.queue_name = v_name;
+    END IF;
     RETURN v_channel;
 END
 $$;

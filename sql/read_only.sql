@@ -31,6 +31,16 @@ SELECT queue.alert_channel('ro_q') = :'channel' AS same_channel;
 RESET default_transaction_read_only;
 RESET ROLE;
 
+-- case: a queue whose channel nobody asked for yet: 25006 saying so, and
+-- the channel is made by the next call in a read-write transaction
+SELECT queue.create_queue('ro_new');
+SET ROLE regress_ro_reader;
+SET default_transaction_read_only = on;
+SELECT queue.alert_channel('ro_new');
+RESET default_transaction_read_only;
+SELECT queue.alert_channel('ro_new') ~ '^queue_alerts_[0-9a-f]{32}$' AS made_now;
+RESET ROLE;
+
 -- case: the calls that write fail there with 25006, and change nothing
 \set VERBOSITY sqlstate
 SET ROLE regress_ro_worker;
@@ -42,6 +52,6 @@ RESET ROLE;
 \set VERBOSITY terse
 SELECT state, count(*) FROM queue.items WHERE queue_name = 'ro_q' GROUP BY 1 ORDER BY 1;
 
-SELECT queue.drop_queue('ro_q', force => true);
+SELECT queue.drop_queue(q, force => true) FROM unnest('{ro_q,ro_new}'::text[]) q;
 DROP ROLE regress_ro_reader;
 DROP ROLE regress_ro_worker;
