@@ -52,6 +52,28 @@ RESET ROLE;
 \set VERBOSITY terse
 SELECT state, count(*) FROM queue.items WHERE queue_name = 'ro_q' GROUP BY 1 ORDER BY 1;
 
+-- case: a bot's calls say which call needs a read-write transaction (on a
+-- hot standby: the primary), not which statement inside it tried to write
+SET ROLE regress_ro_worker;
+SELECT item_id AS ro_item, lease_token AS ro_token FROM queue.dequeue('ro_q', 'ro_bot') \gset
+RESET ROLE;
+\set VERBOSITY default
+\set SHOW_CONTEXT never
+SET default_transaction_read_only = on;
+SELECT queue.enqueue('ro_q', '{}');
+SELECT queue.enqueue_batch('ro_q', ARRAY['{}'::jsonb]);
+SELECT count(*) FROM queue.dequeue('ro_q', 'ro_bot');
+SELECT queue.complete('ro_q', :ro_item, :ro_token);
+SELECT queue.complete_batch('ro_q', ARRAY[:ro_item]::bigint[], ARRAY[:ro_token]::bigint[]);
+SELECT queue.fail('ro_q', :ro_item, :ro_token, 'boom');
+SELECT queue.release('ro_q', :ro_item, :ro_token);
+SELECT queue.extend_lease('ro_q', :ro_item, :ro_token);
+SELECT queue.checkpoint('ro_q', :ro_item, :ro_token, '{"step": 1}');
+RESET default_transaction_read_only;
+\set VERBOSITY terse
+\set SHOW_CONTEXT errors
+SELECT state, attempt, progress FROM queue.items WHERE queue_name = 'ro_q' AND item_id = :ro_item;
+
 SELECT queue.drop_queue(q, force => true) FROM unnest('{ro_q,ro_new}'::text[]) q;
 DROP ROLE regress_ro_reader;
 DROP ROLE regress_ro_worker;
