@@ -151,8 +151,8 @@ SELECT count(*) FROM queue.dequeue('q_direct', 'w9');
 ALTER TABLE queue.item_live DROP CONSTRAINT direct_no_w9;
 SELECT count(*) AS claimed FROM queue.dequeue('q_direct', 'w9');
 
--- case: a read-only transaction writes nothing: each call fails as its
--- statement would
+-- case: a read-only transaction writes nothing: each call fails with
+-- 25006 naming the call
 SELECT queue.enqueue('q_direct', '{"n": 7}') AS id \gset
 BEGIN READ ONLY;
 SELECT queue.enqueue('q_direct', '{"n": 8}');

@@ -269,6 +269,7 @@ begin_lease_call(FunctionCallInfo fcinfo, QueueConfig *cfg)
 	queue_spi_connect();
 	queue_load_config(queue_name, cfg);
 	queue_check_access(cfg, QUEUE_ACCESS_WORKER);
+	queue_check_writable(fcinfo);
 	return queue_name;
 }
 
@@ -703,6 +704,7 @@ queue_complete_batch(PG_FUNCTION_ARGS)
 	queue_spi_connect();
 	queue_load_config(queue_name, &cfg);
 	queue_check_access(&cfg, QUEUE_ACCESS_WORKER);
+	queue_check_writable(fcinfo);
 
 	values[0] = CStringGetTextDatum(queue_name);
 	values[1] = PointerGetDatum(ids);

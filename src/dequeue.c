@@ -1382,6 +1382,7 @@ queue_dequeue(PG_FUNCTION_ARGS)
 	queue_spi_connect();
 	queue_load_config(queue_name, &cfg);
 	queue_check_access(&cfg, QUEUE_ACCESS_WORKER);
+	queue_check_writable(fcinfo);
 	if (PG_ARGISNULL(3))
 		lease = cfg.lease_timeout;
 	qname = CStringGetTextDatum(queue_name);

@@ -503,6 +503,7 @@ queue_enqueue(PG_FUNCTION_ARGS)
 	queue_spi_connect();
 	queue_load_config(queue_name, &cfg);
 	queue_check_access(&cfg, QUEUE_ACCESS_PRODUCER);
+	queue_check_writable(fcinfo);
 	resolve_common(&cfg, fcinfo, 3, 5, 6, &run_at, &has_expires, &expires_at, &max_attempts);
 
 	/*
@@ -909,6 +910,7 @@ queue_enqueue_batch(PG_FUNCTION_ARGS)
 	queue_spi_connect();
 	queue_load_config(queue_name, &cfg);
 	queue_check_access(&cfg, QUEUE_ACCESS_PRODUCER);
+	queue_check_writable(fcinfo);
 	resolve_common(&cfg, fcinfo, 3, 5, 6, &run_at, &has_expires, &expires_at, &max_attempts);
 
 	if (n > 0)

@@ -227,6 +227,7 @@ extern void queue_check_run_at(TimestampTz run_at);
 extern void queue_check_positive_interval(Interval *iv, const char *argname);
 extern void queue_check_interval_bound(Interval *iv, const char *argname);
 extern double queue_interval_seconds(const Interval *iv);
+extern void queue_check_writable(FunctionCallInfo fcinfo);
 
 /* config.c */
 extern void queue_config_relcache(Datum arg, Oid relid);

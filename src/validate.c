@@ -15,11 +15,13 @@
 #include "postgres.h"
 
 #include "access/detoast.h"
+#include "access/xact.h"
 #include "access/toast_compression.h"
 #include "access/toast_internals.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
 
 #include "queue.h"
 
@@ -461,4 +463,24 @@ queue_check_key_sql(PG_FUNCTION_ARGS)
 		queue_check_key_size(PG_GETARG_DATUM(0),
 							 PG_ARGISNULL(1) ? "key" : text_to_cstring(PG_GETARG_TEXT_PP(1)));
 	PG_RETURN_VOID();
+}
+
+/*
+ * queue_check_writable
+ *		A call that writes, made in a read-only transaction (a hot standby,
+ *		default_transaction_read_only, BEGIN READ ONLY): 25006 naming the
+ *		call, as PostgreSQL names a refused statement, instead of whichever
+ *		statement inside the call first tried to write ("cannot execute
+ *		SELECT ..." for a complete).  Called once the arguments, the queue
+ *		and the caller's access have been checked.
+ */
+void
+queue_check_writable(FunctionCallInfo fcinfo)
+{
+	if (XactReadOnly)
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot execute queue.%s() in a read-only transaction",
+						get_func_name(fcinfo->flinfo->fn_oid)),
+				 errhint("Call it in a read-write transaction, on the primary server if this one is a hot standby.")));
 }
