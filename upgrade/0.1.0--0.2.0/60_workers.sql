@@ -442,6 +442,9 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     v_worker text := queue._check_worker(register_worker.worker);
     v_caller regrole := queue._caller()::regrole;
+    -- a value, not a call, in the upsert's WHERE below: Citus refuses
+    -- functions that are not immutable there
+    v_admin boolean := pg_has_role(v_caller, 'queue_admin', 'MEMBER');
     v_owner regrole;
     v_q text;
 BEGIN
@@ -485,8 +488,7 @@ BEGIN
     PERFORM queue._check_jsonb(register_worker.info, 'info');
     -- a worker name belongs to the role that registered it (or an admin)
     SELECT w.registered_by INTO v_owner FROM queue.worker_registry w WHERE w.worker = v_worker;
-    IF v_owner IS NOT NULL AND v_owner <> v_caller
-       AND NOT pg_has_role(v_caller, 'queue_admin', 'MEMBER') THEN
+    IF v_owner IS NOT NULL AND v_owner <> v_caller AND NOT v_admin THEN
         RAISE EXCEPTION 'worker "%" belongs to role %', v_worker, v_owner
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = 'A queue_worker may register only a new worker name or one it registered itself.',
@@ -521,8 +523,7 @@ BEGIN
            offline_handled_at = NULL, session = EXCLUDED.session,
            registered_by = coalesce(w.registered_by, EXCLUDED.registered_by),
            restarted_at = coalesce(EXCLUDED.restarted_at, w.restarted_at)
-     WHERE w.registered_by IS NULL OR w.registered_by = EXCLUDED.registered_by
-        OR pg_has_role(v_caller, 'queue_admin', 'MEMBER');
+     WHERE w.registered_by IS NULL OR w.registered_by = EXCLUDED.registered_by OR v_admin;
     -- another role registered the name after the check above, in a
     -- transaction this one waited for: the name is that role's
     IF NOT FOUND THEN
