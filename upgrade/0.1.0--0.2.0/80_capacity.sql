@@ -52,10 +52,13 @@ BEGIN
     END IF;
     SELECT s.queued + s.processing INTO v_demand FROM queue._stats(v_name) s;
     -- items that cannot be claimed need no worker: members waiting behind
-    -- their group's head (counted as queued), and the items of a limited
-    -- key beyond its max_in_flight (each read through its partial index)
+    -- their group's head that stats counts as queued (due, not on hold:
+    -- those due later are scheduled and those held on hold, neither in
+    -- the demand), and the items of a limited key beyond its
+    -- max_in_flight (each read through its partial index)
     SELECT count(*) INTO v_blocked FROM queue.item_live i
-     WHERE i.queue_name = v_name AND i.group_wait;
+     WHERE i.queue_name = v_name AND i.group_wait AND NOT i.on_hold
+       AND i.run_at <= now();
     v_demand := v_demand - v_blocked;
     IF c.flow_limits THEN
         SELECT coalesce(sum(greatest(x.n - l.max_in_flight, 0)), 0) INTO v_blocked
