@@ -107,6 +107,7 @@ DECLARE
     v_offline text[];
     v_message text;
     v_details jsonb;
+    v_p95 interval;
 BEGIN
     SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
     IF NOT FOUND THEN
@@ -192,19 +193,21 @@ BEGIN
         PERFORM queue._clear_alert(p_queue, 'worker_offline');
     END IF;
 
-    -- stalled_lease: a current lease held past 3x the p95 run time
+    -- stalled_lease: a current lease held past 3x the p95 run time (the
+    -- newest completions' when none completed in the last hour)
     v_n := 0;
-    IF s.run_p95 IS NOT NULL THEN
+    v_p95 := queue._stall_run_p95(p_queue, s.run_p95);
+    IF v_p95 IS NOT NULL THEN
         SELECT count(*) INTO v_n FROM queue.item_live i
          WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
            AND i.lease_expires_at > now()
-           AND i.claimed_at < now() - s.run_p95 * 3;
+           AND i.claimed_at < now() - v_p95 * 3;
     END IF;
     IF v_n > 0 THEN
         PERFORM queue._raise_alert(p_queue, 'stalled_lease',
             format('queue %s: %s lease%s held longer than 3x the p95 run time (%s)', p_queue, v_n,
-                   CASE WHEN v_n > 1 THEN 's' ELSE '' END, queue._say_run_time(s.run_p95)),
-            jsonb_build_object('leases', v_n, 'run_p95', extract(epoch FROM s.run_p95)));
+                   CASE WHEN v_n > 1 THEN 's' ELSE '' END, queue._say_run_time(v_p95)),
+            jsonb_build_object('leases', v_n, 'run_p95', extract(epoch FROM v_p95)));
     ELSE
         PERFORM queue._clear_alert(p_queue, 'stalled_lease');
     END IF;

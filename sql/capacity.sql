@@ -117,9 +117,11 @@ SELECT status, regress_mask(r) AS reason
   FROM queue.health('c_short') h, unnest(h.reasons) r;
 SELECT queue.desired_workers('c_short');
 -- no completion in the last hour: the shortfall cannot be sized
-UPDATE queue.item_done SET completed_at = now() - interval '2 h' WHERE queue_name = 'c_short';
+UPDATE queue.item_done SET completed_at = now() - interval '2 h', claimed_at = now() - interval '2 h 2 min'
+ WHERE queue_name = 'c_short';
 SELECT regress_mask(r) AS reason FROM queue.health('c_short') h, unnest(h.reasons) r;
-UPDATE queue.item_done SET completed_at = now() - interval '18 min' WHERE queue_name = 'c_short';
+UPDATE queue.item_done SET completed_at = now() - interval '18 min', claimed_at = now() - interval '20 min'
+ WHERE queue_name = 'c_short';
 
 -- case: a holder with room to spare (or a worker no longer at capacity):
 -- not capacity_short

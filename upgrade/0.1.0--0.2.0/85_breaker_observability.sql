@@ -148,6 +148,32 @@ END
 $$;
 COMMENT ON FUNCTION queue._stats(text) IS 'The stats of one queue (no access check); see stats()';
 
+-- The p95 run time a lease is judged stalled against (health and the
+-- stalled_lease alert): the last hour's, as stats() says it, or when
+-- nothing completed in the last hour, that of the queue's newest 1,000
+-- completions still in the history.  A bot stuck on an item for over an
+-- hour empties the last hour of completions itself; its lease must not
+-- stop being stalled then.  NULL only when the history holds none.
+CREATE OR REPLACE FUNCTION queue._stall_run_p95(p_queue text, p_run_p95 interval)
+RETURNS interval LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+DECLARE
+    v_p95 interval := p_run_p95;
+BEGIN
+    IF v_p95 IS NULL THEN
+        SELECT percentile_cont(0.95) WITHIN GROUP (ORDER BY r.completed_at - r.claimed_at)
+          INTO v_p95
+          FROM (SELECT d.claimed_at, d.completed_at FROM queue.item_done d
+                 WHERE d.queue_name = p_queue
+                 ORDER BY d.completed_at DESC LIMIT 1000) r;
+    END IF;
+    RETURN v_p95;
+END
+$$;
+COMMENT ON FUNCTION queue._stall_run_p95(text, interval)
+    IS 'The p95 run time stalled leases are judged by: the last hour''s, else that of the newest completions';
+REVOKE ALL ON FUNCTION queue._stall_run_p95(text, interval) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION queue._health(p_queue text, OUT status text, OUT reasons text[])
 RETURNS record LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
 SET search_path = pg_catalog, pg_temp SET jit = off
@@ -167,6 +193,7 @@ DECLARE
     v_failed bigint;
     v_ok bigint;
     v_rule text;
+    v_p95 interval;
 BEGIN
     reasons := '{}';
     SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
@@ -193,17 +220,19 @@ BEGIN
                                      v_queued[1], v_queued[2], v_queued[3]);
     END IF;
 
-    -- leases held past 3x the p95 run time
-    IF s.run_p95 IS NOT NULL THEN
+    -- leases held past 3x the p95 run time (the newest completions' when
+    -- none completed in the last hour)
+    v_p95 := queue._stall_run_p95(p_queue, s.run_p95);
+    IF v_p95 IS NOT NULL THEN
         SELECT count(*) INTO v_n FROM queue.item_live i
          WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
            AND i.lease_expires_at > now()
-           AND i.claimed_at < now() - s.run_p95 * 3;
+           AND i.claimed_at < now() - v_p95 * 3;
         IF v_n > 0 THEN
             v_level := greatest(v_level, 1);
             reasons := reasons || format('%s lease%s held longer than 3x the p95 run time (%s)', v_n,
                                          CASE WHEN v_n > 1 THEN 's' ELSE '' END,
-                                         queue._say_run_time(s.run_p95));
+                                         queue._say_run_time(v_p95));
         END IF;
     END IF;
 
@@ -277,6 +306,7 @@ DECLARE
     v_offline text[];
     v_message text;
     v_details jsonb;
+    v_p95 interval;
 BEGIN
     SELECT * INTO c FROM queue.queue_config q WHERE q.queue_name = p_queue;
     IF NOT FOUND THEN
@@ -362,19 +392,21 @@ BEGIN
         PERFORM queue._clear_alert(p_queue, 'worker_offline');
     END IF;
 
-    -- stalled_lease: a current lease held past 3x the p95 run time
+    -- stalled_lease: a current lease held past 3x the p95 run time (the
+    -- newest completions' when none completed in the last hour)
     v_n := 0;
-    IF s.run_p95 IS NOT NULL THEN
+    v_p95 := queue._stall_run_p95(p_queue, s.run_p95);
+    IF v_p95 IS NOT NULL THEN
         SELECT count(*) INTO v_n FROM queue.item_live i
          WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
            AND i.lease_expires_at > now()
-           AND i.claimed_at < now() - s.run_p95 * 3;
+           AND i.claimed_at < now() - v_p95 * 3;
     END IF;
     IF v_n > 0 THEN
         PERFORM queue._raise_alert(p_queue, 'stalled_lease',
             format('queue %s: %s lease%s held longer than 3x the p95 run time (%s)', p_queue, v_n,
-                   CASE WHEN v_n > 1 THEN 's' ELSE '' END, queue._say_run_time(s.run_p95)),
-            jsonb_build_object('leases', v_n, 'run_p95', extract(epoch FROM s.run_p95)));
+                   CASE WHEN v_n > 1 THEN 's' ELSE '' END, queue._say_run_time(v_p95)),
+            jsonb_build_object('leases', v_n, 'run_p95', extract(epoch FROM v_p95)));
     ELSE
         PERFORM queue._clear_alert(p_queue, 'stalled_lease');
     END IF;
