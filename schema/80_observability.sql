@@ -462,7 +462,8 @@ COMMENT ON FUNCTION queue.health(text)
 --     every live worker holding one of the queue's items is at capacity
 --     (holds as many current leases, in all queues, as its registered
 --     capacity, or one without a capacity; draining or a maintenance
---     window now counts as full).
+--     window now counts as full), and the queue's max_in_flight, if any,
+--     is not reached (else a new worker would get nothing).
 --   * workers_idle: items have been claimable for queue._idle_after()
 --     while no live worker holds a current lease of the queue and nobody
 --     claimed, completed or failed one of its items in that time.
@@ -586,8 +587,15 @@ BEGIN
     END IF;
 
     -- capacity_short: past half the sla, every live holder at capacity
-    -- (a draining worker, or one in a maintenance window, takes nothing new)
-    IF c.sla IS NOT NULL AND p_oldest > c.sla * 0.5 THEN
+    -- (a draining worker, or one in a maintenance window, takes nothing new),
+    -- and room under the queue's max_in_flight: while that is reached,
+    -- dequeue hands another worker nothing, so more workers would not help
+    IF c.sla IS NOT NULL AND p_oldest > c.sla * 0.5
+       AND (c.max_in_flight IS NULL
+            OR (SELECT count(*) FROM (SELECT 1 FROM queue.item_live i
+                                       WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
+                                         AND i.lease_expires_at > now()
+                                       LIMIT c.max_in_flight) x) < c.max_in_flight) THEN
         -- The holders are read from this queue's items, then each one's
         -- leases are counted over all queues in a statement of its own:
         -- on Citus the queues are on several nodes, and a join of the

@@ -109,8 +109,15 @@ BEGIN
     END IF;
 
     -- capacity_short: past half the sla, every live holder at capacity
-    -- (a draining worker, or one in a maintenance window, takes nothing new)
-    IF c.sla IS NOT NULL AND p_oldest > c.sla * 0.5 THEN
+    -- (a draining worker, or one in a maintenance window, takes nothing new),
+    -- and room under the queue's max_in_flight: while that is reached,
+    -- dequeue hands another worker nothing, so more workers would not help
+    IF c.sla IS NOT NULL AND p_oldest > c.sla * 0.5
+       AND (c.max_in_flight IS NULL
+            OR (SELECT count(*) FROM (SELECT 1 FROM queue.item_live i
+                                       WHERE i.queue_name = p_queue AND i.worker IS NOT NULL
+                                         AND i.lease_expires_at > now()
+                                       LIMIT c.max_in_flight) x) < c.max_in_flight) THEN
         -- The holders are read from this queue's items, then each one's
         -- leases are counted over all queues in a statement of its own:
         -- on Citus the queues are on several nodes, and a join of the
