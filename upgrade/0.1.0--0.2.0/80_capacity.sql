@@ -60,6 +60,20 @@ BEGIN
      WHERE i.queue_name = v_name AND i.group_wait AND NOT i.on_hold
        AND i.run_at <= now();
     v_demand := v_demand - v_blocked;
+    -- nor do the items stats counts as queued that dequeue never hands
+    -- out but buries when it meets them (as sweep does): claimable rows
+    -- past their expires_at (through the expiry index), and lost leases
+    -- whose attempts are spent or whose cancel was requested (through the
+    -- worker index, among the queue's leases)
+    SELECT count(*) INTO v_blocked FROM queue.item_live i
+     WHERE i.queue_name = v_name AND i.expires_at <= now() AND i.visible_at <= now();
+    v_demand := v_demand - v_blocked;
+    SELECT count(*) INTO v_blocked FROM queue.item_live i
+     WHERE i.queue_name = v_name AND i.worker IS NOT NULL
+       AND i.lease_token IS NOT NULL AND i.lease_expires_at <= now()
+       AND (i.attempt >= i.max_attempts OR i.cancel_requested_at IS NOT NULL)
+       AND (i.expires_at IS NULL OR i.expires_at > now());
+    v_demand := v_demand - v_blocked;
     IF c.flow_limits THEN
         SELECT coalesce(sum(greatest(x.n - l.max_in_flight, 0)), 0) INTO v_blocked
           FROM queue.flow_limit l
@@ -67,7 +81,13 @@ BEGIN
                 SELECT count(*) AS n FROM queue.item_live i
                  WHERE i.queue_name = v_name AND i.limit_key = l.limit_key
                    AND NOT i.group_wait AND NOT i.on_hold
-                   AND (i.visible_at <= now()
+                   -- claimable (but those never handed out, left out above),
+                   -- or processing
+                   AND ((i.visible_at <= now()
+                         AND (i.expires_at IS NULL OR i.expires_at > now())
+                         AND NOT (i.lease_token IS NOT NULL AND i.lease_expires_at <= now()
+                                  AND (i.attempt >= i.max_attempts
+                                       OR i.cancel_requested_at IS NOT NULL)))
                         OR (i.worker IS NOT NULL AND i.lease_expires_at > now()))) x
          WHERE l.queue_name = v_name AND l.max_in_flight IS NOT NULL;
         v_demand := v_demand - v_blocked;
