@@ -115,8 +115,11 @@ BEGIN
     END IF;
     SELECT * INTO s FROM queue._stats(p_queue) x;
 
-    -- sla_critical replaces sla_warning (and the other way round)
-    v_age := s.oldest_queued_age;
+    -- sla_critical replaces sla_warning (and the other way round); the
+    -- oldest queued item may be a group member in line (_sla_wait)
+    IF c.sla IS NOT NULL THEN
+        v_age := queue._sla_wait(p_queue, s.oldest_queued_age);
+    END IF;
     IF c.sla IS NOT NULL AND v_age > c.sla * 0.85 THEN
         PERFORM queue._clear_alert(p_queue, 'sla_warning');
         PERFORM queue._raise_alert(p_queue, 'sla_critical',
