@@ -34,10 +34,10 @@ BEGIN
     v_payload := coalesce(replay.payload, x.payload);
     PERFORM queue._check_payload(v_payload);
 
-    -- a group's line is in id order: with group_on_dead = 'continue' the
-    -- replay (a new item) joins the back; with 'block' it keeps the dead
-    -- head's place (group_pos), so the replay of a head that blocked its
-    -- group becomes the head
+    -- a group's line is in id order: the replay (a new item) joins the
+    -- back, except the replay of the dead head that blocks its group
+    -- (group_on_dead = 'block'), which keeps that head's place (group_pos)
+    -- and so becomes the head
     -- NB: a live item holding the key stands for the replay; if it ends
     -- (completes, dies) between the INSERT and the lookup, the key is free
     -- and the INSERT is tried again.  A holder past its expires_at (not
@@ -51,7 +51,12 @@ BEGIN
         VALUES (v_name, x.priority, now(), x.priority, now(),
                 coalesce(x.max_attempts, c.max_attempts), now() + c.item_ttl,
                 x.dedup_key, x.correlation_id, v_payload, x.progress,
-                x.group_key, CASE WHEN c.group_on_dead = 'block' THEN x.group_pos END,
+                x.group_key,
+                CASE WHEN c.group_on_dead = 'block'
+                          AND EXISTS (SELECT 1 FROM queue.flow_group f
+                                       WHERE f.queue_name = v_name AND f.group_key = x.group_key
+                                         AND f.blocked_by = x.item_id)
+                     THEN x.group_pos END,
                 x.limit_key, x.requires)
         ON CONFLICT (queue_name, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
         RETURNING i.item_id INTO v_new;
