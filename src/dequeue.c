@@ -266,12 +266,15 @@ static SPIPlanPtr peek_lane_plan = NULL;
  * The first claimable items of the rest of the queue ($4 NULL) or of one
  * limited key's lane ($4), in claim order, without locking them: how
  * plan_lanes shares a claim between the lanes and the rest.  A lane's
- * priority comes back without its band.
+ * priority comes back without its band.  Rows the claim would dead-letter
+ * instead (FLOW_HANDED_OUT) are not looked at: they are buried by the
+ * claim round that meets them, and must not count as a place in the batch.
  */
 #define PEEK_SQL_WITH(start, band) \
 	"SELECT i.priority" OP("-") band ", i.visible_at, i.item_id FROM queue.item_live i " \
 	" WHERE i.queue_name" OP("=") "$1 " \
 	"   AND i.visible_at" OP("<=") "pg_catalog.statement_timestamp() " \
+	FLOW_HANDED_OUT \
 	start \
 	" ORDER BY i.priority, i.visible_at, i.item_id LIMIT $2"
 #define PEEK_REST_SQL PEEK_SQL_WITH(UNLIMITED ROUTED, "0")

@@ -72,7 +72,8 @@
  * those, the ones whose first such item comes first in the claim order,
  * locked in that order, skipping locked ones.  A key with nothing the
  * worker may claim (drained, set up ahead of its items, only scheduled or
- * leased items, or items needing labels the worker lacks) costs its probe
+ * leased items, items needing labels the worker lacks, or only items the
+ * claim would dead-letter: FLOW_HANDED_OUT) costs its probe
  * and is left out before the candidates are counted, so no number of such
  * keys keeps a key the worker can serve from being looked at.  The
  * candidates are read without a lock, so a dequeue never holds a key it
@@ -91,6 +92,7 @@
 	"          WHERE i.queue_name" OP("=") "$1 AND i.limit_key" OP("=") "r.limit_key " \
 	"            AND i.priority" OP(">=") FLOW_BAND " " \
 	"            AND i.visible_at" OP("<=") "pg_catalog.statement_timestamp() " \
+	FLOW_HANDED_OUT \
 	"            AND (i.requires IS NULL OR i.requires" OP("<@") \
 	"                 (SELECT w.labels FROM queue.worker_registry w WHERE w.worker" OP("=") "$3)) " \
 	"          ORDER BY i.priority, i.visible_at, i.item_id LIMIT 1) f " \

@@ -147,6 +147,20 @@ typedef struct QueueWorkerGates
 #define QUEUE_FLOW_BAND	100000	/* FLOW_BAND as a number */
 #define FLOW_PARKED		"294276-12-31 00:00:00+00"
 
+/*
+ * A visible row of item_live (alias i) that the claim would hand out,
+ * not dead-letter: not past its expires_at, and not a lost lease whose
+ * attempts are spent or whose cancel was requested (the claim
+ * statement's "expired" and "spent", dequeue.c).  What a dequeue looks
+ * at to share a batch between limited keys and the rest (flow.c,
+ * dequeue.c) counts only such rows, so that a row it will bury takes no
+ * claimable item's place.
+ */
+#define FLOW_HANDED_OUT \
+	"   AND (i.expires_at IS NULL OR i.expires_at" OP(">") "pg_catalog.statement_timestamp()) " \
+	"   AND NOT (i.lease_token IS NOT NULL AND (i.attempt" OP(">=") "i.max_attempts " \
+	"                                           OR i.lease_token" OP("<") "0)) "
+
 /* One limited key (or the queue-wide rate) during a dequeue. */
 typedef struct FlowLane
 {
