@@ -623,6 +623,12 @@ DECLARE
     v_name text := queue._check_name(set_limit.queue_name);
     v_key text := coalesce(set_limit.limit_key, '');
 BEGIN
+    -- first, wait for the transactions using the queue (each holds its
+    -- queue lock shared): an enqueue in flight has committed its items by
+    -- then, so the UPDATE below bands them too, and one that comes later
+    -- waits for this change and sees the limit when it inserts.  Taken
+    -- before anything here takes it shared, so two changes never deadlock.
+    PERFORM queue._lock_queue(v_name, true);
     PERFORM queue._check_access(v_name, 'reader');
     IF set_limit.limit_key = '' THEN
         RAISE EXCEPTION 'limit_key must not be empty'
@@ -690,6 +696,9 @@ DECLARE
     v_name text := queue._check_name(drop_limit.queue_name);
     v_key text := coalesce(drop_limit.limit_key, '');
 BEGIN
+    -- as set_limit: an item of the key enqueued in flight is banded by
+    -- then and taken out of the band below; a later one sees no limit
+    PERFORM queue._lock_queue(v_name, true);
     PERFORM queue._check_access(v_name, 'reader');
     -- '' is how the queue-wide rate is stored, never a key: refused as
     -- set_limit refuses it, so that it cannot drop the queue's rate
