@@ -696,6 +696,10 @@ typedef struct ClaimContext
 	int			norder;
 	struct HeldRow *held;		/* the rows claimed so far */
 	int			nheld;
+	/* where the row being emitted stood in the claim order, if known */
+	bool		emit_keyed;
+	int32		emit_priority;	/* effective, without a lane's band */
+	TimestampTz emit_since;
 } ClaimContext;
 
 /* An item plan_lanes saw, and where it stands in the claim order. */
@@ -708,11 +712,20 @@ typedef struct PeekedItem
 	int			rank;			/* place in the merged order */
 } PeekedItem;
 
-/* A claimed row held back until the claim's rows are put out in order. */
+/*
+ * A claimed row held back until the claim's rows are put out in order:
+ * by its place in the claim order where that is known (a planned item, or
+ * one the claim statement locked as a candidate: a group's next member
+ * that the call made the head, an item claimed in place of one another
+ * session took), else after those, in the order claimed.
+ */
 typedef struct HeldRow
 {
 	HeapTuple	tuple;
-	int			rank;			/* planned place; INT_MAX = not planned */
+	bool		keyed;			/* priority, since and item_id known */
+	int32		priority;		/* effective, without a lane's band */
+	TimestampTz since;			/* claimable since */
+	int64		item_id;
 	int			seq;			/* order of claiming */
 } HeldRow;
 
@@ -771,8 +784,17 @@ held_row_cmp(const void *a, const void *b)
 	const HeldRow *x = a;
 	const HeldRow *y = b;
 
-	if (x->rank != y->rank)
-		return x->rank < y->rank ? -1 : 1;
+	if (x->keyed != y->keyed)
+		return x->keyed ? -1 : 1;
+	if (x->keyed)
+	{
+		if (x->priority != y->priority)
+			return x->priority < y->priority ? -1 : 1;
+		if (x->since != y->since)
+			return x->since < y->since ? -1 : 1;
+		if (x->item_id != y->item_id)
+			return x->item_id < y->item_id ? -1 : 1;
+	}
 	return x->seq - y->seq;
 }
 
@@ -793,7 +815,10 @@ hold_row(ClaimContext *ctx, Datum *out, bool *nulls)
 	MemoryContextSwitchTo(old);
 	key.item_id = DatumGetInt64(out[0]);
 	found = bsearch(&key, ctx->order, ctx->norder, sizeof(PeekedItem), peeked_id_cmp);
-	row->rank = found ? found->rank : INT_MAX;
+	row->item_id = key.item_id;
+	row->keyed = found != NULL || ctx->emit_keyed;
+	row->priority = found ? found->priority : ctx->emit_priority;
+	row->since = found ? found->since : ctx->emit_since;
 	row->seq = ctx->nheld++;
 }
 
@@ -1114,8 +1139,15 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 					nmissed++;
 					continue;
 				}
+				/* its place in the claim order: the candidate's sort key */
+				ctx->emit_keyed = true;
+				ctx->emit_priority = DatumGetInt32(SPI_getbinval(tup, desc, 12, &isnull));
+				if (ctx->emit_priority >= QUEUE_FLOW_BAND)
+					ctx->emit_priority -= QUEUE_FLOW_BAND;
+				ctx->emit_since = DatumGetTimestampTz(SPI_getbinval(tup, desc, 13, &isnull));
 				claim_emit(ctx, tuptable->vals[found->row], desc, lost,
 						   lost_ids, &nlost, ev_ids, ev_attempts, &nok);
+				ctx->emit_keyed = false;
 				nclaimed++;
 				continue;
 			}
@@ -1451,6 +1483,7 @@ queue_dequeue(PG_FUNCTION_ARGS)
 	ctx.norder = 0;
 	ctx.held = NULL;
 	ctx.nheld = 0;
+	ctx.emit_keyed = false;
 	if (want == 0)
 		goto rated;
 
