@@ -262,6 +262,9 @@ write_lease(Relation rel, Bitmapset *updated, Snapshot snapshot,
 
 	ExecClearTuple(newslot);
 	heap_deform_tuple(old, RelationGetDescr(rel), newslot->tts_values, newslot->tts_isnull);
+	/* its place in the claim order, for a batch put out in that order */
+	dc->emit_priority = DatumGetInt32(COLVAL(newslot, COL_PRIORITY));
+	dc->emit_visible_at = DatumGetTimestampTz(COLVAL(newslot, COL_VISIBLE_AT));
 #define SETCOL(c, v, n) \
 	(newslot->tts_values[claim_attnum[c] - 1] = (v), newslot->tts_isnull[claim_attnum[c] - 1] = (n))
 	SETCOL(COL_ATTEMPT, Int32GetDatum(DatumGetInt32(COLVAL(newslot, COL_ATTEMPT)) + 1), false);

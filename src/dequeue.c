@@ -814,7 +814,8 @@ hold_row(ClaimContext *ctx, Datum *out, bool *nulls)
 	row->tuple = heap_form_tuple(ctx->rsinfo->setDesc, out, nulls);
 	MemoryContextSwitchTo(old);
 	key.item_id = DatumGetInt64(out[0]);
-	found = bsearch(&key, ctx->order, ctx->norder, sizeof(PeekedItem), peeked_id_cmp);
+	found = ctx->norder > 0 ?
+		bsearch(&key, ctx->order, ctx->norder, sizeof(PeekedItem), peeked_id_cmp) : NULL;
 	row->item_id = key.item_id;
 	row->keyed = found != NULL || ctx->emit_keyed;
 	row->priority = found ? found->priority : ctx->emit_priority;
@@ -884,6 +885,7 @@ record_claimed(ClaimContext *ctx, Datum *ev_ids, Datum *ev_attempts, int nok)
 typedef struct DirectEmit
 {
 	ClaimContext *ctx;
+	QueueDirectClaim *dc;		/* its sort key of the row emitted */
 	Datum	   *ev_ids;
 	Datum	   *ev_attempts;
 	int			nok;
@@ -894,8 +896,12 @@ direct_emit(void *arg, Datum *values, bool *nulls)
 {
 	DirectEmit *de = (DirectEmit *) arg;
 
+	de->ctx->emit_keyed = true;
+	de->ctx->emit_priority = de->dc->emit_priority;
+	de->ctx->emit_since = de->dc->emit_visible_at;
 	claim_emit_values(de->ctx, values, nulls, false, NULL, NULL,
 					  de->ev_ids, de->ev_attempts, &de->nok);
+	de->ctx->emit_keyed = false;
 }
 
 /*
@@ -938,6 +944,7 @@ claim_direct_round(ClaimContext *ctx, int64 limit, int stripe, bool *need_statem
 		dc.hint_item_id = hinted ? hint->item_id : 0;
 		dc.emit = direct_emit;
 		dc.emit_arg = &de;
+		de.dc = &dc;
 		got = queue_claim_direct(&dc);
 		nclaimed += got;
 
@@ -1306,6 +1313,14 @@ claim_items(ClaimContext *ctx, int64 limit, int stripe)
 	{
 		asks = palloc0(sizeof(int64) * nlanes);
 		plan_lanes(ctx, lanes, nlanes, limit, asks);
+	}
+	/*
+	 * A batch is put out in claim order at the end: a claim round that
+	 * dead-letters a group's head makes the next member claimable, which
+	 * may sort before rows claimed already.
+	 */
+	if (nlanes > 0 || limit > 1)
+	{
 		ctx->held = palloc(sizeof(HeldRow) * limit);
 		ctx->nheld = 0;
 	}

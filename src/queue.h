@@ -275,6 +275,9 @@ typedef struct QueueDirectClaim
 	int64		hint_item_id;
 	void		(*emit) (void *arg, Datum *values, bool *nulls);	/* per claimed row */
 	void	   *emit_arg;
+	/* out, for each emit: where the claimed row stood in the claim order */
+	int32		emit_priority;
+	TimestampTz emit_visible_at;
 	/* out */
 	bool		need_statement; /* a candidate was left to the claim statement */
 	bool		has_head;		/* a claimable row was met: where */
