@@ -65,6 +65,23 @@ SET ROLE regress_bob_worker;
 SELECT payload->>'n' AS n, priority FROM queue.dequeue('bob_spent', 'bob-w', batch_size => 2);
 RESET ROLE;
 
+-- case: an expired group head alone in its limited key: the dequeue
+-- that meets it makes it a dead letter and hands out the next member
+SET ROLE regress_bob_admin;
+SELECT queue.create_queue('bob_group');
+SELECT queue.set_limit('bob_group', 'k', max_in_flight => 5);
+RESET ROLE;
+SET ROLE regress_bob_producer;
+SELECT queue.enqueue('bob_group', '{"n": "h"}', group_key => 'g', limit_key => 'k',
+                     expires_at => clock_timestamp() + interval '50 ms') > 0 AS enqueued;
+SELECT queue.enqueue('bob_group', '{"n": "m"}', group_key => 'g', limit_key => 'k') > 0 AS enqueued;
+RESET ROLE;
+SELECT pg_sleep(0.1);
+SET ROLE regress_bob_worker;
+SELECT payload->>'n' AS n FROM queue.dequeue('bob_group', 'bob-w', batch_size => 10);
+RESET ROLE;
+SELECT payload->>'n' AS n, reason FROM queue.dead_letters WHERE queue_name = 'bob_group';
+
 -- what is left: the plain item behind them, claimable, and the items
 -- that must not be handed out are dead letters by sweep at the latest
 SET ROLE regress_bob_admin;
@@ -76,7 +93,7 @@ SELECT queue_name, payload->>'n' AS n, state FROM queue.items
 RESET ROLE;
 
 SELECT count(*) AS dropped FROM (SELECT queue.drop_queue(q, force => true)
-                                   FROM unnest(ARRAY['bob_rest', 'bob_lane', 'bob_spent']) q) d;
+                                   FROM unnest(ARRAY['bob_rest', 'bob_lane', 'bob_spent', 'bob_group']) q) d;
 DELETE FROM queue.worker_registry WHERE worker IN ('bob-w', 'bob-gone');
 DROP ROLE regress_bob_admin;
 DROP ROLE regress_bob_producer;
