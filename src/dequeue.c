@@ -1329,12 +1329,36 @@ claim_items(ClaimContext *ctx, int64 limit, int stripe)
 		int64		ask = Min(asks[i], limit - nclaimed);
 		int			first = ctx->nids;
 
+		if (asks[i] == 0 && lanes[i].head_buried)
+			continue;			/* below, once the rest had its share */
 		if (ask > 0)
 			nclaimed += claim_round(ctx, ask, stripe, &lanes[i]);
 		flow_close_lane(ctx->qname, &lanes[i], ask, ctx->nids - first, ctx->ids + first);
 	}
 	if (nclaimed < limit)
 		nclaimed += claim_round(ctx, limit - nclaimed, stripe, NULL);
+
+	/*
+	 * A lane that had nothing claimable in the plan but starts with items
+	 * the claim dead-letters (expired, spent lost leases) is claimed from
+	 * last, with what room the batch has left: the claim buries them (a
+	 * group head among them lets its next member be claimed in this same
+	 * call, as an ungrouped item behind them is), and they never take a
+	 * claimable item's place.  With the batch full they wait for the next
+	 * call or sweep.
+	 */
+	for (int i = 0; i < nlanes; i++)
+	{
+		int64		ask;
+		int			first = ctx->nids;
+
+		if (asks[i] > 0 || !lanes[i].head_buried)
+			continue;
+		ask = Min(Max(lanes[i].room, 0), limit - nclaimed);
+		if (ask > 0)
+			nclaimed += claim_round(ctx, ask, stripe, &lanes[i]);
+		flow_close_lane(ctx->qname, &lanes[i], ask, ctx->nids - first, ctx->ids + first);
+	}
 	if (ctx->held != NULL)
 	{
 		qsort(ctx->held, ctx->nheld, sizeof(HeldRow), held_row_cmp);

@@ -72,32 +72,35 @@
  * those, the ones whose first such item comes first in the claim order,
  * locked in that order, skipping locked ones.  A key with nothing the
  * worker may claim (drained, set up ahead of its items, only scheduled or
- * leased items, items needing labels the worker lacks, or only items the
- * claim would dead-letter: FLOW_HANDED_OUT) costs its probe
+ * leased items, or items needing labels the worker lacks) costs its probe
  * and is left out before the candidates are counted, so no number of such
  * keys keeps a key the worker can serve from being looked at.  The
  * candidates are read without a lock, so a dequeue never holds a key it
- * does not claim from.
+ * does not claim from.  Each key comes with whether its first such item
+ * is one the claim dead-letters instead (past expires_at, a spent lost
+ * lease: FLOW_HANDED_OUT_EXPR), for dequeue.c to bury it when the batch
+ * has room.
  */
 #define LANE_CANDIDATES "1000"
 #define LANES_SQL \
 	"WITH c AS (" \
-	"  SELECT r.limit_key, f.priority, f.visible_at, f.item_id " \
+	"  SELECT r.limit_key, f.priority, f.visible_at, f.item_id, f.handed " \
 	"    FROM (SELECT l.limit_key, l.ready_at FROM queue.flow_limit l " \
 	"           WHERE l.queue_name" OP("=") "$1 AND l.limit_key" OP("<>") "'' " \
 	"             AND l.ready_at" OP("<=") "pg_catalog.statement_timestamp() " \
 	"           ORDER BY l.ready_at) r " \
 	"   CROSS JOIN LATERAL (" \
-	"         SELECT i.priority, i.visible_at, i.item_id FROM queue.item_live i " \
+	"         SELECT i.priority, i.visible_at, i.item_id, " FLOW_HANDED_OUT_EXPR " AS handed " \
+	"           FROM queue.item_live i " \
 	"          WHERE i.queue_name" OP("=") "$1 AND i.limit_key" OP("=") "r.limit_key " \
 	"            AND i.priority" OP(">=") FLOW_BAND " " \
 	"            AND i.visible_at" OP("<=") "pg_catalog.statement_timestamp() " \
-	FLOW_HANDED_OUT \
 	"            AND (i.requires IS NULL OR i.requires" OP("<@") \
 	"                 (SELECT w.labels FROM queue.worker_registry w WHERE w.worker" OP("=") "$3)) " \
 	"          ORDER BY i.priority, i.visible_at, i.item_id LIMIT 1) f " \
 	"   ORDER BY r.ready_at LIMIT " LANE_CANDIDATES ") " \
-	"SELECT l.limit_key, coalesce(l.max_in_flight, 0), coalesce(l.rate, 0), l.per " \
+	"SELECT l.limit_key, coalesce(l.max_in_flight, 0), coalesce(l.rate, 0), l.per, " \
+	"       NOT c.handed " \
 	"  FROM c JOIN queue.flow_limit l " \
 	"    ON l.queue_name" OP("=") "$1 AND l.limit_key" OP("=") "c.limit_key " \
 	" WHERE l.ready_at" OP("<=") "pg_catalog.statement_timestamp() " \
@@ -223,6 +226,8 @@ lane_from_row(HeapTuple tup, TupleDesc desc, FlowLane *lane)
 	lane->max_in_flight = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
 	lane->rate = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
 	lane->per = *DatumGetIntervalP(SPI_getbinval(tup, desc, 4, &isnull));
+	if (desc->natts >= 5)
+		lane->head_buried = DatumGetBool(SPI_getbinval(tup, desc, 5, &isnull)) && !isnull;
 }
 
 /*

@@ -156,10 +156,11 @@ typedef struct QueueWorkerGates
  * dequeue.c) counts only such rows, so that a row it will bury takes no
  * claimable item's place.
  */
-#define FLOW_HANDED_OUT \
-	"   AND (i.expires_at IS NULL OR i.expires_at" OP(">") "pg_catalog.statement_timestamp()) " \
-	"   AND NOT (i.lease_token IS NOT NULL AND (i.attempt" OP(">=") "i.max_attempts " \
-	"                                           OR i.lease_token" OP("<") "0)) "
+#define FLOW_HANDED_OUT_EXPR \
+	"((i.expires_at IS NULL OR i.expires_at" OP(">") "pg_catalog.statement_timestamp()) " \
+	" AND NOT (i.lease_token IS NOT NULL AND (i.attempt" OP(">=") "i.max_attempts " \
+	"                                         OR i.lease_token" OP("<") "0))) "
+#define FLOW_HANDED_OUT "   AND " FLOW_HANDED_OUT_EXPR
 
 /* One limited key (or the queue-wide rate) during a dequeue. */
 typedef struct FlowLane
@@ -173,6 +174,7 @@ typedef struct FlowLane
 	int64		used;			/* claims in the window when measured */
 	TimestampTz oldest;			/* oldest of those claims */
 	int64		room;			/* what the lane may take now */
+	bool		head_buried;	/* its first item is one the claim dead-letters */
 } FlowLane;
 
 /* queue.c (the GUCs; claim_hint_threshold lives in dequeue.c) */
