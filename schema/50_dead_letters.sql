@@ -13,6 +13,7 @@ DECLARE
     v_payload jsonb;
     v_new bigint;
     v_held boolean := false;
+    v_keeps_place boolean;
     v_try int;
 BEGIN
     IF replay.item_id IS NULL THEN
@@ -44,6 +45,11 @@ BEGIN
     -- under a current lease) is never handed out: it becomes the dead
     -- letter (expired) that dequeue or sweep would make, and the INSERT is
     -- tried again.
+    -- (looked up before the INSERT: Citus takes no subquery in its VALUES)
+    v_keeps_place := c.group_on_dead = 'block' AND x.group_key IS NOT NULL
+                     AND EXISTS (SELECT 1 FROM queue.flow_group f
+                                  WHERE f.queue_name = v_name AND f.group_key = x.group_key
+                                    AND f.blocked_by = x.item_id);
     FOR v_try IN 1..3 LOOP
         INSERT INTO queue.item_live AS i (queue_name, priority, visible_at, base_priority, run_at,
                                           max_attempts, expires_at, dedup_key, correlation_id,
@@ -52,11 +58,7 @@ BEGIN
                 coalesce(x.max_attempts, c.max_attempts), now() + c.item_ttl,
                 x.dedup_key, x.correlation_id, v_payload, x.progress,
                 x.group_key,
-                CASE WHEN c.group_on_dead = 'block'
-                          AND EXISTS (SELECT 1 FROM queue.flow_group f
-                                       WHERE f.queue_name = v_name AND f.group_key = x.group_key
-                                         AND f.blocked_by = x.item_id)
-                     THEN x.group_pos END,
+                CASE WHEN v_keeps_place THEN x.group_pos END,
                 x.limit_key, x.requires)
         ON CONFLICT (queue_name, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
         RETURNING i.item_id INTO v_new;
