@@ -221,18 +221,22 @@ BEGIN
         -- the presumed heads of a group it adds settle out of line: one
         -- before the head that a row of the same write became (same xmin:
         -- written by this transaction, so nobody else has claimed it) takes
-        -- that head's place, and the head waits behind it
-        IF p_new IS NOT NULL
-           AND EXISTS (SELECT 1 FROM queue.item_live h, queue.item_live n
+        -- that head's place, and the head waits behind it.  Not on Citus,
+        -- which cannot route a statement that reads xmin (README, Limits
+        -- found); the IFs are nested so that the statement is not even
+        -- planned there.
+        IF p_new IS NOT NULL AND NOT queue.distributed() THEN
+            IF EXISTS (SELECT 1 FROM queue.item_live h, queue.item_live n
                         WHERE h.queue_name = p_queue AND h.item_id = g.head_id
                           AND n.queue_name = p_queue AND n.item_id = p_new
                           AND NOT n.group_wait AND n.lease_token IS NULL
                           AND h.lease_token IS NULL AND h.xmin OPERATOR(pg_catalog.=) n.xmin
                           AND (n.group_pos, n.item_id) < (h.group_pos, h.item_id)) THEN
-            PERFORM queue._group_park(p_queue, g.head_id);
-            UPDATE queue.flow_group f SET head_id = p_new, blocked_by = NULL
-             WHERE f.queue_name = p_queue AND f.group_key = p_group;
-            RETURN;
+                PERFORM queue._group_park(p_queue, g.head_id);
+                UPDATE queue.flow_group f SET head_id = p_new, blocked_by = NULL
+                 WHERE f.queue_name = p_queue AND f.group_key = p_group;
+                RETURN;
+            END IF;
         END IF;
         PERFORM queue._group_park(p_queue, p_new);
         RETURN;
