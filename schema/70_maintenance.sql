@@ -405,7 +405,8 @@ BEGIN
     PERFORM 1 FROM queue.queue_config c WHERE c.queue_name = v_name;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'queue "%" does not exist', v_name
-            USING ERRCODE = 'undefined_object';
+            USING ERRCODE = 'undefined_object',
+                  HINT = format('Create it with queue.create_queue(%L).', v_name);
     END IF;
     RETURN (SELECT r.removed FROM queue._retention(v_name, queue._sweep_batch()) r)
            + queue._forget_dedup_keys(v_name, queue._sweep_batch());
@@ -763,7 +764,8 @@ BEGIN
     PERFORM 1 FROM queue.queue_config c WHERE c.queue_name = v_name;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'queue "%" does not exist', v_name
-            USING ERRCODE = 'undefined_object';
+            USING ERRCODE = 'undefined_object',
+                  HINT = format('Create it with queue.create_queue(%L).', v_name);
     END IF;
     RETURN QUERY SELECT * FROM queue._sweep_guarded(v_name);
 END

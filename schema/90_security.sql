@@ -59,7 +59,8 @@ BEGIN
     PERFORM 1 FROM queue.queue_config c WHERE c.queue_name = _grant_target.queue_name FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'queue "%" does not exist', _grant_target.queue_name
-            USING ERRCODE = 'undefined_object';
+            USING ERRCODE = 'undefined_object',
+                  HINT = format('Create it with queue.create_queue(%L).', _grant_target.queue_name);
     END IF;
     SELECT r.oid INTO grantee FROM pg_catalog.pg_roles r WHERE r.rolname = p_role;
     IF grantee IS NULL THEN

@@ -76,7 +76,8 @@ BEGIN
     PERFORM 1 FROM queue.queue_config q WHERE q.queue_name = v_name FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'queue "%" does not exist', v_name
-            USING ERRCODE = 'undefined_object';
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'queue.queues lists the queues that exist.';
     END IF;
     SELECT count(*) INTO v_live FROM queue.item_live i WHERE i.queue_name = v_name;
     IF v_live > 0 AND NOT coalesce(drop_queue.force, false) THEN
