@@ -112,10 +112,20 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text := queue._check_name(replay_all.queue_name);
+    v_ids bigint[] := '{}';
     v_id bigint;
     v_n bigint := 0;
 BEGIN
     PERFORM queue._check_access(v_name, 'reader');
+    -- Every letter to replay is locked first, in one order, before any is
+    -- replayed.  A letter another session holds (a review, a replay) is
+    -- waited for, and its row is then judged again as that session left
+    -- it: one it resolved, rejected or replayed is left out, one it left
+    -- new or in review (or whose change rolled back) is replayed.  Nothing
+    -- is inserted before the last lock is taken, so a replay of another
+    -- session never waits for this one's new items while this one waits
+    -- for its letter, and two replay_all calls lock in the same order.
+    -- (a plain locking statement of one queue, which Citus routes)
     FOR v_id IN
         SELECT d.item_id FROM queue.dead_letters d
          WHERE d.queue_name = v_name
@@ -124,14 +134,11 @@ BEGIN
            AND (replay_all.error_code IS NULL OR d.error_code = replay_all.error_code)
            AND (replay_all.since IS NULL OR d.dead_at >= replay_all.since)
          ORDER BY d.dead_at, d.item_id
+           FOR UPDATE
     LOOP
-        -- a letter another session is replaying, or has replayed since the
-        -- list was read, is skipped, not waited for
-        PERFORM 1 FROM queue.dead_letters d
-         WHERE d.queue_name = v_name AND d.item_id = v_id
-           AND d.replayed_as IS NULL AND d.review_status IN ('new', 'in_review')
-           FOR UPDATE SKIP LOCKED;
-        CONTINUE WHEN NOT FOUND;
+        v_ids := v_ids || v_id;
+    END LOOP;
+    FOREACH v_id IN ARRAY v_ids LOOP
         PERFORM queue.replay(v_name, v_id);
         v_n := v_n + 1;
     END LOOP;
