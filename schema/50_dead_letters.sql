@@ -93,7 +93,8 @@ BEGIN
      WHERE d.queue_name = v_name AND d.item_id = x.item_id;
     PERFORM queue._event(v_name, x.item_id, 'replayed', NULL, NULL,
                          jsonb_build_object('replayed_as', v_new,
-                                            'payload_changed', replay.payload IS NOT NULL));
+                                            'payload_changed', replay.payload IS NOT NULL,
+                                            'by', queue._caller()::regrole::text));
     -- the new item is enqueued like any other (recorded under audit 'all')
     IF NOT v_held THEN
         PERFORM queue._event(v_name, v_new, 'enqueued', NULL, 0,
@@ -189,7 +190,8 @@ BEGIN
      WHERE d.queue_name = v_name AND d.item_id = review.item_id;
     PERFORM queue._event(v_name, review.item_id, 'reviewed', NULL, NULL,
                          jsonb_build_object('review_status', review.review_status, 'from', v_from,
-                                            'by', session_user));
+                                            'note', review.note,
+                                            'by', queue._caller()::regrole::text));
     RETURN true;
 END
 $$;
