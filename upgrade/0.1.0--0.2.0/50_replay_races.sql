@@ -159,6 +159,7 @@ DECLARE
     v_name text := queue._check_name(review.queue_name);
     v_from text;
     v_replayed_as bigint;
+    v_reason text;
 BEGIN
     IF review.item_id IS NULL OR review.review_status IS NULL THEN
         RAISE EXCEPTION '% must not be null',
@@ -172,7 +173,8 @@ BEGIN
     END IF;
     PERFORM queue._check_text(review.note, 'note');
     PERFORM queue._check_access(v_name, 'reader');
-    SELECT d.review_status, d.replayed_as INTO v_from, v_replayed_as FROM queue.dead_letters d
+    SELECT d.review_status, d.replayed_as, d.reason INTO v_from, v_replayed_as, v_reason
+      FROM queue.dead_letters d
      WHERE d.queue_name = v_name AND d.item_id = review.item_id FOR UPDATE;
     IF NOT FOUND THEN
         RETURN false;
@@ -193,6 +195,15 @@ BEGIN
                          jsonb_build_object('review_status', review.review_status, 'from', v_from,
                                             'note', review.note,
                                             'by', queue._caller()::regrole::text));
+    -- back to new: the dead_letters alert is open while a letter is new,
+    -- so the review raises it at once, as the call that made the letter
+    -- did (sweep clears it once none is new)
+    IF review.review_status = 'new' AND v_from <> 'new' THEN
+        PERFORM queue._raise_alert(v_name, 'dead_letters',
+                                   format('queue %s has new dead letters', v_name),
+                                   jsonb_build_object('first_item_id', review.item_id,
+                                                      'reason', v_reason));
+    END IF;
     RETURN true;
 END
 $$;
