@@ -146,6 +146,8 @@ typedef struct QueueWorkerGates
 #define FLOW_BAND		"100000"
 #define QUEUE_FLOW_BAND	100000	/* FLOW_BAND as a number */
 #define FLOW_PARKED		"294276-12-31 00:00:00+00"
+/* FLOW_PARKED as a TimestampTz: the last day of PostgreSQL's range */
+#define FLOW_PARKED_TS	(END_TIMESTAMP - USECS_PER_DAY)
 
 /*
  * A visible row of item_live (alias i) that the claim would hand out,

@@ -337,6 +337,10 @@ queue_check_interval_bound(Interval *iv, const char *argname)
  *		A run_at (enqueue, enqueue_batch, release) is a time that comes:
  *		'infinity' would leave the item scheduled for ever, looking like a
  *		held one to the claim index.  '-infinity' is a time in the past.
+ *		The last day of PostgreSQL's range is not a run_at either: its
+ *		first instant is where group members waiting behind their head
+ *		are parked (FLOW_PARKED), so an item due then or later would be
+ *		counted as one of them (queued, needing a worker) while scheduled.
  */
 void
 queue_check_run_at(TimestampTz run_at)
@@ -346,6 +350,12 @@ queue_check_run_at(TimestampTz run_at)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("run_at must not be infinity"),
 				 errhint("An item due at 'infinity' would never run; pass a time, or park the item with queue.hold().")));
+	if (run_at >= FLOW_PARKED_TS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("run_at %s is past the latest time an item can be scheduled for",
+						timestamptz_to_str(run_at)),
+				 errhint("Pass a time before 294276-12-31 00:00:00+00, or park the item with queue.hold().")));
 }
 
 /*
