@@ -223,8 +223,11 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     v_at timestamptz := coalesce(p_at, greatest(statement_timestamp(), transaction_timestamp()));
 BEGIN
-    INSERT INTO queue.failure_log (queue_name, item_id, attempt, worker, kind, error_code, error)
-    VALUES (p_queue, p_item_id, p_attempt, p_worker, p_kind, p_error_code, p_error);
+    -- counted at the call's time, not its transaction's start, as the
+    -- history stamps a completion (and the breaker buckets both)
+    INSERT INTO queue.failure_log (queue_name, item_id, attempt, worker, kind, error_code, error, at)
+    VALUES (p_queue, p_item_id, p_attempt, p_worker, p_kind, p_error_code, p_error,
+            greatest(statement_timestamp(), transaction_timestamp()));
     IF EXISTS (SELECT 1 FROM queue.queue_config c
                 WHERE c.queue_name = p_queue AND c.breaker_threshold IS NOT NULL) THEN
         PERFORM queue._breaker_count(p_queue, 0, 1);

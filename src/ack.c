@@ -170,9 +170,17 @@ static SPIPlanPtr cancel_end_plan = NULL;
 #define CANCEL_END_SQL \
 	"SELECT queue._cancel_end($1, $2, $3, $4, $5)"
 
+/*
+ * A failure is counted at the time of the fail() call (its statement's
+ * start), as a completion is stamped in the history, not at the start of
+ * its transaction: a bot that claims, works and fails inside one
+ * transaction has its failure in the last hour and the breaker's window
+ * when it reports it (queue._record_failure likewise).
+ */
 #define FAILURE_LOG_SQL \
-	"INSERT INTO queue.failure_log (queue_name, item_id, attempt, worker, kind, error_code, error) " \
-	"VALUES ($1, $2, $3, $4, $5, $6, $7)"
+	"INSERT INTO queue.failure_log (queue_name, item_id, attempt, worker, kind, error_code, error, at) " \
+	"VALUES ($1, $2, $3, $4, $5, $6, $7, " \
+	"        GREATEST(pg_catalog.statement_timestamp(), pg_catalog.now()))"
 
 #define RETRY_SQL_WITH(attempt, worker) \
 	"UPDATE queue.item_live " \

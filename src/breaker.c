@@ -109,10 +109,16 @@ PG_FUNCTION_INFO_V1(queue_breaker_count_sql);
 #define CHECK_SQL \
 	"SELECT queue._breaker_check($1)"
 
-/* this backend's running count of the current bucket (25_breaker.sql) */
+/*
+ * this backend's running count of the current bucket (25_breaker.sql):
+ * the bucket of the call that reported the outcomes, as the history and
+ * the failure log stamp them, not of its transaction's start (which may
+ * lie before the breaker's window)
+ */
 #define COUNT_SQL \
 	"INSERT INTO queue.breaker_bucket AS b (queue_name, bucket_start, stripe, succeeded, failed) " \
-	"VALUES ($1, pg_catalog.date_bin('10 s'::pg_catalog.interval, pg_catalog.now(), " \
+	"VALUES ($1, pg_catalog.date_bin('10 s'::pg_catalog.interval, " \
+	"                               GREATEST(pg_catalog.statement_timestamp(), pg_catalog.now()), " \
 	"                               'epoch'::pg_catalog.timestamptz), $2, $3, $4) " \
 	"ON CONFLICT (queue_name, bucket_start, stripe) DO UPDATE " \
 	"   SET succeeded = b.succeeded" OP("+") "EXCLUDED.succeeded, " \

@@ -167,7 +167,9 @@ BEGIN
     IF NOT FOUND OR c.breaker_state <> 'closed' THEN
         RETURN false;
     END IF;
-    v_from := greatest(now() - c.breaker_window, c.breaker_since);
+    -- the window ends at this call, not at its transaction's start: an
+    -- outcome is counted at the time of the call that reported it
+    v_from := greatest(greatest(statement_timestamp(), now()) - c.breaker_window, c.breaker_since);
     SELECT * INTO o FROM queue._breaker_outcomes(p_queue, v_from, c.breaker_min_samples) x;
     IF o.failed = 0 OR o.outcomes < c.breaker_min_samples THEN
         RETURN false;
@@ -205,7 +207,8 @@ BEGIN
                             THEN format(', the last %s in a row', o.run) ELSE '' END,
                        v_top, floor(100.0 * v_top_n / v_top_all));
     UPDATE queue.queue_config
-       SET breaker_state = 'open', breaker_opened_at = now(), breaker_reason = v_reason,
+       SET breaker_state = 'open', breaker_opened_at = greatest(statement_timestamp(), now()),
+           breaker_reason = v_reason,
            probe_item_id = NULL, probe_expires_at = NULL
      WHERE queue_name = p_queue;
     PERFORM queue._event(p_queue, NULL, 'breaker_open', NULL, NULL,
@@ -236,16 +239,18 @@ BEGIN
      WHERE c.queue_name = p_queue FOR UPDATE;
     UPDATE queue.queue_config c
        SET breaker_state = 'closed', breaker_opened_at = NULL, breaker_reason = NULL,
-           breaker_since = now(), probe_item_id = NULL, probe_expires_at = NULL
+           breaker_since = greatest(statement_timestamp(), now()),
+           probe_item_id = NULL, probe_expires_at = NULL
      WHERE c.queue_name = p_queue;
     -- the count starts afresh in the current bucket too: its stripe -1
     -- takes off what the bucket holds so far (outcomes of transactions
     -- still open may count after the close)
     INSERT INTO queue.breaker_bucket AS b (queue_name, bucket_start, stripe, succeeded, failed)
-    SELECT p_queue, date_bin('10 s', now(), 'epoch'), -1,
+    SELECT p_queue, date_bin('10 s', greatest(statement_timestamp(), now()), 'epoch'), -1,
            -coalesce(sum(x.succeeded), 0), -coalesce(sum(x.failed), 0)
       FROM queue.breaker_bucket x
-     WHERE x.queue_name = p_queue AND x.bucket_start = date_bin('10 s', now(), 'epoch')
+     WHERE x.queue_name = p_queue
+       AND x.bucket_start = date_bin('10 s', greatest(statement_timestamp(), now()), 'epoch')
        AND x.stripe <> -1
     ON CONFLICT ON CONSTRAINT breaker_bucket_pkey DO UPDATE
        SET succeeded = EXCLUDED.succeeded, failed = EXCLUDED.failed;
@@ -280,7 +285,7 @@ BEGIN
         END IF;
     ELSE
         UPDATE queue.queue_config
-           SET breaker_state = 'open', breaker_opened_at = now(),
+           SET breaker_state = 'open', breaker_opened_at = greatest(statement_timestamp(), now()),
                probe_item_id = NULL, probe_expires_at = NULL
          WHERE queue_name = p_queue;
         PERFORM queue._event(p_queue, NULL, 'breaker_open', NULL, NULL,
