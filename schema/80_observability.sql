@@ -113,6 +113,7 @@ DECLARE
     v_between bigint;
     v_parked bigint;
     v_parked_later bigint := 0;
+    v_expired bigint;
 BEGIN
     SELECT p.paused INTO paused
       FROM queue.queue_config c
@@ -206,13 +207,38 @@ BEGIN
     scheduled := greatest(scheduled - v_parked, 0) + v_parked_later;
     queued := queued + v_parked - v_parked_later;
 
+    -- an item past its expires_at is never handed out: not claimable, so
+    -- not queued, although it waits in the claim index (or in its group's
+    -- line) until a sweep or a dequeue makes it a dead letter (the expiry
+    -- index: as many entries as such rows, normally the few since the
+    -- last sweep)
+    SELECT count(*) INTO v_expired
+      FROM (SELECT 1 FROM queue.item_live i
+             WHERE i.queue_name = p_queue AND i.expires_at <= v_now AND NOT i.on_hold
+               AND CASE WHEN i.group_wait THEN i.run_at <= v_now ELSE i.visible_at <= v_now END
+             LIMIT v_limit) x;
+    queued := greatest(queued - v_expired, 0);
+
     -- claimable the longest: the first claimable entry of each priority
+    -- that is not past its expires_at, looked for among the first
+    -- v_limit entries (a backlog of expired items nobody swept costs no
+    -- more); when all of those are past it, the last of them bounds the
+    -- age from above
     SELECT v_now - min(x.v) INTO oldest_queued_age
       FROM unnest(v_prios) AS u(p)
-     CROSS JOIN LATERAL (SELECT i.visible_at AS v FROM queue.item_live i
-                          WHERE i.queue_name = p_queue AND i.priority = u.p
-                            AND i.visible_at <= v_now
-                          ORDER BY i.visible_at LIMIT 1) x;
+     CROSS JOIN LATERAL (
+            SELECT coalesce(
+                     (SELECT y.v
+                        FROM (SELECT i.visible_at AS v, i.expires_at AS e FROM queue.item_live i
+                               WHERE i.queue_name = p_queue AND i.priority = u.p
+                                 AND i.visible_at <= v_now
+                               ORDER BY i.visible_at LIMIT v_limit) y
+                       WHERE y.e IS NULL OR y.e > v_now
+                       ORDER BY y.v LIMIT 1),
+                     (SELECT i.visible_at FROM queue.item_live i
+                       WHERE i.queue_name = p_queue AND i.priority = u.p
+                         AND i.visible_at <= v_now
+                       ORDER BY i.visible_at OFFSET v_limit - 1 LIMIT 1)) AS v) x;
 
     SELECT count(*) INTO dead FROM queue.dead_letters d
      WHERE d.queue_name = p_queue AND d.review_status IN ('new', 'in_review');
@@ -300,6 +326,7 @@ BEGIN
       FROM (SELECT i.run_at, i.enqueued_at FROM queue.item_live i
              WHERE i.queue_name = p_queue AND i.group_wait AND NOT i.on_hold
                AND i.run_at <= now()
+               AND (i.expires_at IS NULL OR i.expires_at > now())   -- never handed out
              ORDER BY i.run_at LIMIT 1000) w;
     RETURN greatest(p_oldest, v_member);    -- greatest ignores a NULL
 END
@@ -559,20 +586,18 @@ BEGIN
     -- items that cannot be claimed need no worker: members waiting behind
     -- their group's head that stats counts as queued (due, not on hold:
     -- those due later are scheduled and those held on hold, neither in
-    -- the demand), and the items of a limited key beyond its
-    -- max_in_flight (each read through its partial index)
+    -- the demand; those past their expires_at stats leaves out itself),
+    -- and the items of a limited key beyond its max_in_flight (each read
+    -- through its partial index)
     SELECT count(*) INTO v_blocked FROM queue.item_live i
      WHERE i.queue_name = v_name AND i.group_wait AND NOT i.on_hold
-       AND i.run_at <= now();
+       AND i.run_at <= now() AND (i.expires_at IS NULL OR i.expires_at > now());
     v_demand := v_demand - v_blocked;
     -- nor do the items stats counts as queued that dequeue never hands
-    -- out but buries when it meets them (as sweep does): claimable rows
-    -- past their expires_at (through the expiry index), and lost leases
+    -- out but buries when it meets them (as sweep does): lost leases
     -- whose attempts are spent or whose cancel was requested (through the
-    -- worker index, among the queue's leases)
-    SELECT count(*) INTO v_blocked FROM queue.item_live i
-     WHERE i.queue_name = v_name AND i.expires_at <= now() AND i.visible_at <= now();
-    v_demand := v_demand - v_blocked;
+    -- worker index, among the queue's leases); stats counts no item past
+    -- its expires_at as queued
     SELECT count(*) INTO v_blocked FROM queue.item_live i
      WHERE i.queue_name = v_name AND i.worker IS NOT NULL
        AND i.lease_token IS NOT NULL AND i.lease_expires_at <= now()

@@ -54,20 +54,18 @@ BEGIN
     -- items that cannot be claimed need no worker: members waiting behind
     -- their group's head that stats counts as queued (due, not on hold:
     -- those due later are scheduled and those held on hold, neither in
-    -- the demand), and the items of a limited key beyond its
-    -- max_in_flight (each read through its partial index)
+    -- the demand; those past their expires_at stats leaves out itself),
+    -- and the items of a limited key beyond its max_in_flight (each read
+    -- through its partial index)
     SELECT count(*) INTO v_blocked FROM queue.item_live i
      WHERE i.queue_name = v_name AND i.group_wait AND NOT i.on_hold
-       AND i.run_at <= now();
+       AND i.run_at <= now() AND (i.expires_at IS NULL OR i.expires_at > now());
     v_demand := v_demand - v_blocked;
     -- nor do the items stats counts as queued that dequeue never hands
-    -- out but buries when it meets them (as sweep does): claimable rows
-    -- past their expires_at (through the expiry index), and lost leases
+    -- out but buries when it meets them (as sweep does): lost leases
     -- whose attempts are spent or whose cancel was requested (through the
-    -- worker index, among the queue's leases)
-    SELECT count(*) INTO v_blocked FROM queue.item_live i
-     WHERE i.queue_name = v_name AND i.expires_at <= now() AND i.visible_at <= now();
-    v_demand := v_demand - v_blocked;
+    -- worker index, among the queue's leases); stats counts no item past
+    -- its expires_at as queued
     SELECT count(*) INTO v_blocked FROM queue.item_live i
      WHERE i.queue_name = v_name AND i.worker IS NOT NULL
        AND i.lease_token IS NOT NULL AND i.lease_expires_at <= now()

@@ -20,6 +20,7 @@ DECLARE
     v_between bigint;
     v_parked bigint;
     v_parked_later bigint := 0;
+    v_expired bigint;
 BEGIN
     SELECT p.paused INTO paused
       FROM queue.queue_config c
@@ -113,13 +114,38 @@ BEGIN
     scheduled := greatest(scheduled - v_parked, 0) + v_parked_later;
     queued := queued + v_parked - v_parked_later;
 
+    -- an item past its expires_at is never handed out: not claimable, so
+    -- not queued, although it waits in the claim index (or in its group's
+    -- line) until a sweep or a dequeue makes it a dead letter (the expiry
+    -- index: as many entries as such rows, normally the few since the
+    -- last sweep)
+    SELECT count(*) INTO v_expired
+      FROM (SELECT 1 FROM queue.item_live i
+             WHERE i.queue_name = p_queue AND i.expires_at <= v_now AND NOT i.on_hold
+               AND CASE WHEN i.group_wait THEN i.run_at <= v_now ELSE i.visible_at <= v_now END
+             LIMIT v_limit) x;
+    queued := greatest(queued - v_expired, 0);
+
     -- claimable the longest: the first claimable entry of each priority
+    -- that is not past its expires_at, looked for among the first
+    -- v_limit entries (a backlog of expired items nobody swept costs no
+    -- more); when all of those are past it, the last of them bounds the
+    -- age from above
     SELECT v_now - min(x.v) INTO oldest_queued_age
       FROM unnest(v_prios) AS u(p)
-     CROSS JOIN LATERAL (SELECT i.visible_at AS v FROM queue.item_live i
-                          WHERE i.queue_name = p_queue AND i.priority = u.p
-                            AND i.visible_at <= v_now
-                          ORDER BY i.visible_at LIMIT 1) x;
+     CROSS JOIN LATERAL (
+            SELECT coalesce(
+                     (SELECT y.v
+                        FROM (SELECT i.visible_at AS v, i.expires_at AS e FROM queue.item_live i
+                               WHERE i.queue_name = p_queue AND i.priority = u.p
+                                 AND i.visible_at <= v_now
+                               ORDER BY i.visible_at LIMIT v_limit) y
+                       WHERE y.e IS NULL OR y.e > v_now
+                       ORDER BY y.v LIMIT 1),
+                     (SELECT i.visible_at FROM queue.item_live i
+                       WHERE i.queue_name = p_queue AND i.priority = u.p
+                         AND i.visible_at <= v_now
+                       ORDER BY i.visible_at OFFSET v_limit - 1 LIMIT 1)) AS v) x;
 
     SELECT count(*) INTO dead FROM queue.dead_letters d
      WHERE d.queue_name = p_queue AND d.review_status IN ('new', 'in_review');
@@ -167,6 +193,7 @@ BEGIN
       FROM (SELECT i.run_at, i.enqueued_at FROM queue.item_live i
              WHERE i.queue_name = p_queue AND i.group_wait AND NOT i.on_hold
                AND i.run_at <= now()
+               AND (i.expires_at IS NULL OR i.expires_at > now())   -- never handed out
              ORDER BY i.run_at LIMIT 1000) w;
     RETURN greatest(p_oldest, v_member);    -- greatest ignores a NULL
 END
