@@ -866,6 +866,9 @@ BEGIN
                         ELSE i.visible_at END < now() - v_after
                AND NOT i.on_hold
                AND NOT (i.lease_token IS NOT NULL AND i.lease_expires_at > now())
+               -- past its expires_at it is never handed out: it waits for
+               -- nobody, whatever its labels
+               AND (i.expires_at IS NULL OR i.expires_at > now())
                AND NOT EXISTS (SELECT 1 FROM queue.worker_registry w
                                 WHERE i.requires <@ w.labels AND NOT w.draining
                                   AND w.last_seen > v_online
