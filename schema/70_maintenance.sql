@@ -281,12 +281,21 @@ BEGIN
     -- What goes stays counted: prometheus()'s counters are running totals
     -- that must never fall back.  Every row removed below is stamped
     -- before now() - retention; when the totals have not counted that far
-    -- (no snapshot since), they count up to now first.
+    -- (no snapshot since), they count up to now first.  They count only
+    -- up to the start of the oldest transaction still open, though (see
+    -- snapshot_metrics): completions, failed attempts and dead letters
+    -- stamped from there on stay until a later call has counted them,
+    -- however old they are, so a report or an idle session holding a
+    -- transaction open past the retention delays retention, never the
+    -- counters.
     SELECT t.counted_until INTO v_counted FROM queue.metrics_totals t
      WHERE t.queue_name = p_queue;
     IF v_counted IS NULL OR v_counted < v_now - c.retention THEN
         PERFORM queue._count_totals(p_queue, queue._open_since());
+        SELECT t.counted_until INTO v_counted FROM queue.metrics_totals t
+         WHERE t.queue_name = p_queue;
     END IF;
+    v_counted := coalesce(v_counted, '-infinity');
 
     -- Each batch is the oldest rows by the queue's time index: a plain
     -- LIMIT may scan the table from its start, past the dead rows of the
@@ -301,8 +310,10 @@ BEGIN
                             ELSE c.retention END;
 
     -- processed history:
+    -- (p_now such that the cut is the older of now() - keep and v_counted)
     v_purged := v_purged + queue._history_delete('item_done', p_queue, v_keep_outcomes,
-                                                 v_now, p_batch);
+                                                 least(v_now, v_counted + v_keep_outcomes),
+                                                 p_batch);
 
     -- resolved or rejected dead letters, kept for retention after review:
     WITH d AS (
@@ -312,6 +323,7 @@ BEGIN
                               WHERE x.queue_name = p_queue
                                 AND x.review_status IN ('resolved', 'rejected')
                                 AND coalesce(x.reviewed_at, x.dead_at) < v_now - c.retention
+                                AND x.dead_at < v_counted
                               LIMIT p_batch))
            -- again on the row itself: checked anew on a letter re-opened by
            -- a review that committed while this statement waited for it
@@ -326,7 +338,7 @@ BEGIN
                                                  v_now, p_batch);
     -- (failed attempts are no rows users read: not in purged)
     v_failures := queue._history_delete('failure_log', p_queue, v_keep_outcomes,
-                                        v_now, p_batch);
+                                        least(v_now, v_counted + v_keep_outcomes), p_batch);
 
     -- cleared alerts (tidied away, not one of the kinds purged counts):
     WITH d AS (

@@ -148,7 +148,11 @@ COMMENT ON FUNCTION queue._history_extend(text, text, timestamptz)
 -- Drops the partitions of one table whose every row is past the longest
 -- keep window; returns how many.  A partition of events that holds the
 -- queue_dropped event of a queue dropped less than 7 days ago stays
--- (sweep_dropped keeps that event for 7 days).
+-- (sweep_dropped keeps that event for 7 days).  The rows of a partition
+-- of the history or the failure log that the running totals of their
+-- queue have not counted yet (stamped after its counted_until, see
+-- _retention and snapshot_metrics) are added to them as it goes, so
+-- prometheus()'s counters never fall back.
 CREATE OR REPLACE FUNCTION queue._history_drop(p_table text, p_now timestamptz)
 RETURNS int LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
@@ -157,6 +161,9 @@ DECLARE
     v_part record;
     v_busy boolean;
     v_n int := 0;
+    v_queue text;
+    v_counted timestamptz;
+    v_rows bigint;
 BEGIN
     FOR v_part IN
         SELECT p.partition_name, p.hi FROM queue._history_partitions(p_table) p
@@ -176,6 +183,31 @@ BEGIN
                 v_part.partition_name)
                 INTO v_busy USING p_now - interval '7 days';
             CONTINUE WHEN v_busy;
+        END IF;
+        IF p_table IN ('item_done', 'failure_log') THEN
+            -- no row can come or go while the totals take what they lack
+            EXECUTE format('LOCK TABLE queue.%I IN ACCESS EXCLUSIVE MODE', v_part.partition_name);
+            -- one statement per queue (on Citus the totals are distributed)
+            FOR v_queue IN SELECT c.queue_name FROM queue.queue_config c ORDER BY c.queue_name LOOP
+                SELECT t.counted_until INTO v_counted FROM queue.metrics_totals t
+                 WHERE t.queue_name = v_queue FOR UPDATE;
+                IF NOT FOUND THEN
+                    PERFORM queue._count_totals(v_queue, queue._open_since());
+                    SELECT t.counted_until INTO v_counted FROM queue.metrics_totals t
+                     WHERE t.queue_name = v_queue FOR UPDATE;
+                END IF;
+                EXECUTE format('SELECT count(*) FROM queue.%I x WHERE x.queue_name = $1 AND x.%I >= $2',
+                               v_part.partition_name,
+                               CASE p_table WHEN 'item_done' THEN 'completed_at' ELSE 'at' END)
+                   INTO v_rows USING v_queue, v_counted;
+                IF v_rows > 0 AND p_table = 'item_done' THEN
+                    UPDATE queue.metrics_totals t SET processed = t.processed + v_rows
+                     WHERE t.queue_name = v_queue;
+                ELSIF v_rows > 0 THEN
+                    UPDATE queue.metrics_totals t SET failed = t.failed + v_rows
+                     WHERE t.queue_name = v_queue;
+                END IF;
+            END LOOP;
         END IF;
         EXECUTE format('DROP TABLE queue.%I', v_part.partition_name);
         v_n := v_n + 1;
