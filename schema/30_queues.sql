@@ -487,7 +487,8 @@ BEGIN
                                    'events', v_counts -> 'events');
     DELETE FROM queue.queue_config q WHERE q.queue_name = v_name;
     INSERT INTO queue.events (queue_name, kind, details)
-    VALUES (v_name, 'queue_dropped', v_counts || jsonb_build_object('force', coalesce(drop_queue.force, false)));
+    VALUES (v_name, 'queue_dropped', v_counts || jsonb_build_object('force', coalesce(drop_queue.force, false),
+                                                                    'by', session_user));
 END
 $$;
 COMMENT ON FUNCTION queue.drop_queue(text, boolean)
@@ -546,7 +547,8 @@ BEGIN
            AND NOT (i.lease_token IS NOT NULL AND i.lease_expires_at > statement_timestamp())
         RETURNING 1)
     SELECT count(*) INTO v_n FROM d;
-    PERFORM queue._event(v_name, NULL, 'purged', NULL, NULL, jsonb_build_object('items', v_n));
+    PERFORM queue._event(v_name, NULL, 'purged', NULL, NULL,
+                         jsonb_build_object('items', v_n, 'by', session_user));
     RETURN v_n;
 END
 $$;

@@ -141,7 +141,7 @@ BEGIN
         RETURN false;
     END IF;
     PERFORM queue._event(v_name, hold.item_id, 'held', NULL, NULL,
-                         jsonb_build_object('reason', hold.reason));
+                         jsonb_build_object('reason', hold.reason, 'by', session_user));
     RETURN true;
 END
 $$;
@@ -171,7 +171,8 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM queue._event(v_name, unhold.item_id, 'unheld');
+    PERFORM queue._event(v_name, unhold.item_id, 'unheld', NULL, NULL,
+                         jsonb_build_object('by', session_user));
     RETURN true;
 END
 $$;

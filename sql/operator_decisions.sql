@@ -29,7 +29,8 @@ SET ROLE regress_od_admin;
 SELECT queue.purge('od_purge') AS purged;
 SELECT state, reason, cancel_reason FROM queue.item('od_purge', :od_cancelled);
 SELECT state, reason FROM queue.item('od_purge', :od_spent);
-SELECT details FROM queue.events WHERE queue_name = 'od_purge' AND kind = 'purged';
+SELECT details - 'by' AS details, details ->> 'by' = session_user AS by_me
+  FROM queue.events WHERE queue_name = 'od_purge' AND kind = 'purged';
 SELECT count(*) AS live FROM queue.items WHERE queue_name = 'od_purge';
 SELECT queue.drop_queue('od_purge', force => true);
 RESET ROLE;

@@ -34,7 +34,7 @@ SET ROLE regress_re_reader;
 SELECT e.queue_name,
        CASE e.item_id WHEN d.dead THEN 'dead letter' WHEN d.new THEN 'replay' END AS item,
        e.kind, e.worker, e.attempt,
-       e.details - 'replayed_as' - 'replay_of' AS details,
+       e.details - 'replayed_as' - 'replay_of' - 'by' AS details,
        (e.details ->> 'replayed_as')::bigint = d.new AS names_new,
        (e.details ->> 'replay_of')::bigint = d.dead AS names_dead
   FROM queue.events e

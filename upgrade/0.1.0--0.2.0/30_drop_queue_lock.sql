@@ -93,7 +93,8 @@ BEGIN
                                    'events', v_counts -> 'events');
     DELETE FROM queue.queue_config q WHERE q.queue_name = v_name;
     INSERT INTO queue.events (queue_name, kind, details)
-    VALUES (v_name, 'queue_dropped', v_counts || jsonb_build_object('force', coalesce(drop_queue.force, false)));
+    VALUES (v_name, 'queue_dropped', v_counts || jsonb_build_object('force', coalesce(drop_queue.force, false),
+                                                                    'by', session_user));
 END
 $$;
 COMMENT ON FUNCTION queue.drop_queue(text, boolean)

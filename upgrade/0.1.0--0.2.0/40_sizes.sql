@@ -58,7 +58,7 @@ BEGIN
         RETURN false;
     END IF;
     PERFORM queue._event(v_name, hold.item_id, 'held', NULL, NULL,
-                         jsonb_build_object('reason', hold.reason));
+                         jsonb_build_object('reason', hold.reason, 'by', session_user));
     RETURN true;
 END
 $$;

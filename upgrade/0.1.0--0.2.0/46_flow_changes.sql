@@ -494,7 +494,8 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM queue._event(v_name, unhold.item_id, 'unheld');
+    PERFORM queue._event(v_name, unhold.item_id, 'unheld', NULL, NULL,
+                         jsonb_build_object('by', session_user));
     RETURN true;
 END
 $$;
@@ -634,7 +635,8 @@ BEGIN
      WHERE d.queue_name = v_name AND d.item_id = x.item_id;
     PERFORM queue._event(v_name, x.item_id, 'replayed', NULL, NULL,
                          jsonb_build_object('replayed_as', v_new,
-                                            'payload_changed', replay.payload IS NOT NULL));
+                                            'payload_changed', replay.payload IS NOT NULL,
+                                            'by', session_user));
     RETURN v_new;
 END
 $$;

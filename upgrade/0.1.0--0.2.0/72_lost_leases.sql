@@ -266,7 +266,8 @@ BEGIN
            AND NOT (i.lease_token IS NOT NULL AND i.lease_expires_at > statement_timestamp())
         RETURNING 1)
     SELECT count(*) INTO v_n FROM d;
-    PERFORM queue._event(v_name, NULL, 'purged', NULL, NULL, jsonb_build_object('items', v_n));
+    PERFORM queue._event(v_name, NULL, 'purged', NULL, NULL,
+                         jsonb_build_object('items', v_n, 'by', session_user));
     RETURN v_n;
 END
 $$;
