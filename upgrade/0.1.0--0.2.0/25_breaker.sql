@@ -340,15 +340,22 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text := queue._check_name(resume.queue_name);
+    v_paused boolean;
+    v_breaker boolean;
 BEGIN
     PERFORM queue._check_access(v_name, 'reader');
     UPDATE queue.queue_config c
        SET paused = false, pause_reason = NULL, paused_at = NULL
-     WHERE c.queue_name = v_name;
+     WHERE c.queue_name = v_name AND c.paused;
+    v_paused := FOUND;
     -- a manual resume also closes the breaker and forgets earlier outcomes
-    PERFORM queue._breaker_close(v_name, jsonb_build_object('by', session_user));
-    PERFORM queue._event(v_name, NULL, 'resumed', NULL, NULL,
-                         jsonb_build_object('by', session_user));
+    v_breaker := queue._breaker_close(v_name, jsonb_build_object('by', session_user));
+    -- resumed only when something held the queue: a resume of a running
+    -- queue records nothing
+    IF v_paused OR v_breaker THEN
+        PERFORM queue._event(v_name, NULL, 'resumed', NULL, NULL,
+                             jsonb_build_object('by', session_user));
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION queue.resume(text) IS 'Resumes a paused queue; closes an open circuit breaker';
