@@ -70,7 +70,9 @@ DECLARE
     v_step int;
     v_out int[] := '{}';
 BEGIN
-    FOREACH v_item IN ARRAY string_to_array(lower(p_field), ',') LOOP
+    -- names are folded as ASCII (COLLATE "C"): a database's own rules may
+    -- not (Turkish folds 'I' to a dotless 'ı', so 'FRI' would not be 'fri')
+    FOREACH v_item IN ARRAY string_to_array(lower(p_field COLLATE "C"), ',') LOOP
         IF v_item = '$' AND p_what = 'day of month' THEN
             v_out := v_out || 32;
             CONTINUE;
@@ -124,7 +126,7 @@ BEGIN
     IF p_cron IS NULL THEN
         RAISE EXCEPTION 'cron must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    v_expr := CASE lower(v_expr)
+    v_expr := CASE lower(v_expr COLLATE "C")    -- ASCII folding, as in _cron_field
                 WHEN '@yearly' THEN '0 0 1 1 *'
                 WHEN '@annually' THEN '0 0 1 1 *'
                 WHEN '@monthly' THEN '0 0 1 * *'
@@ -185,7 +187,7 @@ DECLARE
     v_day date := (p_at AT TIME ZONE v_tz)::date;
     v_fields text[] := regexp_split_to_array(btrim(p_cron), '\s+');
     -- a wildcard minute or hour field (Vixie cron's MIN_STAR, HR_STAR)
-    v_wild boolean := lower(btrim(p_cron)) = '@hourly'
+    v_wild boolean := lower(btrim(p_cron) COLLATE "C") = '@hourly'
                       OR (cardinality(v_fields) = 5
                           AND (v_fields[1] LIKE '*%' OR v_fields[2] LIKE '*%'));
     d date;
