@@ -53,6 +53,12 @@ SELECT queue.unhold('rr_flow', :h1);
 SELECT payload FROM queue.dequeue('rr_flow', 'rr_bot', 10) ORDER BY item_id;
 SELECT state, count(*) FROM queue.items WHERE queue_name = 'rr_flow' GROUP BY 1 ORDER BY 1;
 
+-- case: the session stays in replica mode after a call, also after one
+-- that failed
+SHOW session_replication_role;
+SELECT queue.complete('rr_flow', NULL, 1);
+SHOW session_replication_role;
+
 \c - regress_rr_admin
 SELECT queue.drop_queue('rr_flow', force => true);
 \c - postgres

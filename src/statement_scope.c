@@ -30,6 +30,12 @@
  * An error unwinds the scopes of the (sub)transaction it aborts, like the
  * override search path itself (AtEOSubXact_Namespace).
  *
+ * Besides, every call of a function of the extension runs in origin
+ * replication mode (scope_fmgr_hook): the triggers that keep its own
+ * bookkeeping (ordered groups, per-key caps) are origin triggers, which a
+ * session with session_replication_role = replica would skip inside its
+ * calls.
+ *
  * src/statement_scope.c
  *
  *-------------------------------------------------------------------------
@@ -38,8 +44,11 @@
 
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "commands/trigger.h"
+#include "fmgr.h"
 #include "jit/jit.h"
 #include "optimizer/planner.h"
+#include "utils/lsyscache.h"
 
 #include "queue.h"
 
@@ -49,6 +58,15 @@ static int	scope_depth = 0;
 static int	scope_levels[SCOPE_MAX_DEPTH];
 
 static planner_hook_type prev_planner_hook = NULL;
+static fmgr_hook_type prev_fmgr_hook = NULL;
+
+/*
+ * Calls in progress that pass fmgr_security_definer (every SECURITY DEFINER
+ * function or one with SET clauses, of any extension), and the depth of the
+ * call of ours that switched replica mode off, 0 if none did.
+ */
+static int	hooked_depth = 0;
+static int	replica_switch_depth = 0;
 
 /*
  * queue_scope_push
@@ -93,6 +111,59 @@ scope_xact_callback(XactEvent event, void *arg)
 {
 	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
 		scope_depth = 0;
+	/* every hooked call has ended by now; never leave the mode switched */
+	if (replica_switch_depth > 0)
+		SessionReplicationRole = SESSION_REPLICATION_ROLE_REPLICA;
+	hooked_depth = 0;
+	replica_switch_depth = 0;
+}
+
+/*
+ * scope_fmgr_hook
+ *		Run a call of the extension's functions made in replica mode
+ *		(session_replication_role = replica: a replication or restore tool's
+ *		role) in origin mode, and go back to replica when it returns or fails.
+ *
+ * Every function of the extension that a role may call is SECURITY DEFINER,
+ * so each call passes fmgr_security_definer, which calls this hook at its
+ * start, end and abort.  Only the outermost call of ours switches; the calls
+ * it makes find origin mode already.  Setting the variable directly, not
+ * through the GUC, skips the plan cache flush the setting's assign hook
+ * does for rules: the extension's tables have none, and a view's SELECT
+ * rule applies in every mode.  The cost outside replica mode is a compare.
+ */
+static void
+scope_fmgr_hook(FmgrHookEventType event, FmgrInfo *flinfo, Datum *private)
+{
+	if (prev_fmgr_hook != NULL)
+		(*prev_fmgr_hook) (event, flinfo, private);
+	switch (event)
+	{
+		case FHET_START:
+			hooked_depth++;
+			if (replica_switch_depth == 0 &&
+				SessionReplicationRole == SESSION_REPLICATION_ROLE_REPLICA)
+			{
+				Oid			nsp = get_namespace_oid("queue", true);
+
+				if (OidIsValid(nsp) && get_func_namespace(flinfo->fn_oid) == nsp)
+				{
+					replica_switch_depth = hooked_depth;
+					SessionReplicationRole = SESSION_REPLICATION_ROLE_ORIGIN;
+				}
+			}
+			break;
+		case FHET_END:
+		case FHET_ABORT:
+			if (replica_switch_depth > 0 && replica_switch_depth == hooked_depth)
+			{
+				SessionReplicationRole = SESSION_REPLICATION_ROLE_REPLICA;
+				replica_switch_depth = 0;
+			}
+			if (hooked_depth > 0)
+				hooked_depth--;
+			break;
+	}
 }
 
 static void
@@ -136,6 +207,8 @@ queue_scope_init(void)
 {
 	prev_planner_hook = planner_hook;
 	planner_hook = scope_planner;
+	prev_fmgr_hook = fmgr_hook;
+	fmgr_hook = scope_fmgr_hook;
 	RegisterXactCallback(scope_xact_callback, NULL);
 	RegisterSubXactCallback(scope_subxact_callback, NULL);
 }
