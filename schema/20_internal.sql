@@ -115,13 +115,15 @@ COMMENT ON FUNCTION queue._event(text, bigint, text, text, int, jsonb) IS 'Recor
 
 -- What alerts and pause reasons quote of a text that came from a caller
 -- (an error text may be a 64 kB stack trace): whitespace runs folded into
--- one space, cut to p_max characters.
+-- one space, cut to p_max characters.  Its literals hold no backslash
+-- ([[:space:]], not \s): a SQL function's body is parsed in the caller's
+-- session, where standard_conforming_strings may be off.
 CREATE FUNCTION queue._excerpt(p text, p_max int DEFAULT 200) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN pg_catalog.length(s) OPERATOR(pg_catalog.<=) p_max THEN s
                 ELSE pg_catalog.left(s, p_max OPERATOR(pg_catalog.-) 3) OPERATOR(pg_catalog.||) '...' END
       FROM (SELECT pg_catalog.btrim(pg_catalog.regexp_replace(
-                       pg_catalog.left(p, 4 OPERATOR(pg_catalog.*) p_max), '\s+', ' ', 'g')) AS s) x
+                       pg_catalog.left(p, 4 OPERATOR(pg_catalog.*) p_max), '[[:space:]]+', ' ', 'g')) AS s) x
 $$;
 COMMENT ON FUNCTION queue._excerpt(text, int) IS 'A caller''s text as alerts quote it: whitespace folded, at most p_max characters';
 

@@ -54,6 +54,8 @@ COMMENT ON FUNCTION queue._history_tables() IS 'The tables partitioned by time, 
 
 -- The range partitions of one of them, oldest first; lo is NULL for a
 -- partition from MINVALUE (the table an upgrade from 0.1.0 converted).
+-- The pattern holds no backslash ([(], not \(): PL/pgSQL parses it in the
+-- caller's session, where standard_conforming_strings may be off.
 CREATE OR REPLACE FUNCTION queue._history_partitions(p_table text)
 RETURNS TABLE (partition_name text, lo timestamptz, hi timestamptz)
 LANGUAGE plpgsql STABLE PARALLEL SAFE
@@ -66,7 +68,7 @@ BEGIN
       FROM pg_catalog.pg_inherits i
       JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
      CROSS JOIN LATERAL pg_catalog.regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid),
-                                                '^FOR VALUES FROM \((.+)\) TO \((.+)\)$') b
+                                                '^FOR VALUES FROM [(](.+)[)] TO [(](.+)[)]$') b
      WHERE i.inhparent = pg_catalog.to_regclass('queue.' || pg_catalog.quote_ident(p_table))
        AND b IS NOT NULL   -- not the DEFAULT partition
      ORDER BY 2 NULLS FIRST;

@@ -58,6 +58,9 @@ CREATE INDEX IF NOT EXISTS schedule_config_next_tick_idx ON queue.schedule_confi
 -- are separated by commas: '*', a value, a range 'a-b', each optionally
 -- with a step '/n' ('5/15' runs from 5 to the field's end); names index
 -- p_names from p_low.  In the day of month, '$' is the last day (32).
+-- The patterns here hold no backslash ([*], [[:space:]]): PL/pgSQL parses
+-- them in the caller's session, where standard_conforming_strings may be
+-- off and '\s' would read as 's'.
 CREATE OR REPLACE FUNCTION queue._cron_field(p_expr text, p_field text, p_what text, p_low int,
                                   p_high int, p_names text[] DEFAULT NULL)
 RETURNS int[] LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
@@ -77,7 +80,7 @@ BEGIN
             v_out := v_out || 32;
             CONTINUE;
         END IF;
-        m := regexp_match(v_item, '^(\*|[0-9]{1,2}|[a-z]{3})(?:-([0-9]{1,2}|[a-z]{3}))?(?:/([0-9]{1,2}))?$');
+        m := regexp_match(v_item, '^([*]|[0-9]{1,2}|[a-z]{3})(?:-([0-9]{1,2}|[a-z]{3}))?(?:/([0-9]{1,2}))?$');
         IF m IS NOT NULL THEN
             v_lo := CASE WHEN m[1] = '*' THEN p_low
                          WHEN m[1] ~ '^[0-9]' THEN m[1]::int
@@ -135,7 +138,7 @@ BEGIN
                 WHEN '@midnight' THEN '0 0 * * *'
                 WHEN '@hourly' THEN '0 * * * *'
                 ELSE v_expr END;
-    f := regexp_split_to_array(v_expr, '\s+');
+    f := regexp_split_to_array(v_expr, '[[:space:]]+');
     IF length(p_cron) > 200 OR cardinality(f) <> 5 THEN
         RAISE EXCEPTION 'invalid cron expression "%"', left(p_cron, 200)
             USING ERRCODE = 'invalid_parameter_value',
@@ -185,7 +188,7 @@ DECLARE
     c record := queue._cron_parse(p_cron);
     v_tz text := queue._cron_timezone();
     v_day date := (p_at AT TIME ZONE v_tz)::date;
-    v_fields text[] := regexp_split_to_array(btrim(p_cron), '\s+');
+    v_fields text[] := regexp_split_to_array(btrim(p_cron), '[[:space:]]+');
     -- a wildcard minute or hour field (Vixie cron's MIN_STAR, HR_STAR)
     v_wild boolean := lower(btrim(p_cron) COLLATE "C") = '@hourly'
                       OR (cardinality(v_fields) = 5

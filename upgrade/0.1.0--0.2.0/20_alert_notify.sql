@@ -7,7 +7,7 @@ CREATE OR REPLACE FUNCTION queue._excerpt(p text, p_max int DEFAULT 200) RETURNS
     SELECT CASE WHEN pg_catalog.length(s) OPERATOR(pg_catalog.<=) p_max THEN s
                 ELSE pg_catalog.left(s, p_max OPERATOR(pg_catalog.-) 3) OPERATOR(pg_catalog.||) '...' END
       FROM (SELECT pg_catalog.btrim(pg_catalog.regexp_replace(
-                       pg_catalog.left(p, 4 OPERATOR(pg_catalog.*) p_max), '\s+', ' ', 'g')) AS s) x
+                       pg_catalog.left(p, 4 OPERATOR(pg_catalog.*) p_max), '[[:space:]]+', ' ', 'g')) AS s) x
 $$;
 COMMENT ON FUNCTION queue._excerpt(text, int) IS 'A caller''s text as alerts quote it: whitespace folded, at most p_max characters';
 
