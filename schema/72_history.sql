@@ -113,6 +113,7 @@ DECLARE
     v_lo timestamptz;
     v_hi timestamptz;
     v_name text;
+    v_grantee oid;
     v_n int := 0;
 BEGIN
     SELECT max(p.hi) INTO v_lo FROM queue._history_partitions(p_table) p;
@@ -131,6 +132,19 @@ BEGIN
         -- its lock, or the ATTACH would fail on them
         EXECUTE format('LOCK TABLE queue.%I IN ACCESS EXCLUSIVE MODE', v_default);
         EXECUTE format('CREATE TABLE queue.%I (LIKE queue.%I INCLUDING ALL)', v_name, v_default);
+        -- the default privileges of the role making it (ALTER DEFAULT
+        -- PRIVILEGES) may grant it to others: a partition is read through
+        -- its parent only, whose policies filter the rows
+        FOR v_grantee IN
+            SELECT DISTINCT a.grantee
+              FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+             WHERE c.oid = pg_catalog.to_regclass('queue.' || pg_catalog.quote_ident(v_name))
+               AND a.grantee <> c.relowner
+             ORDER BY 1
+        LOOP
+            EXECUTE format('REVOKE ALL ON TABLE queue.%I FROM %s', v_name,
+                           CASE WHEN v_grantee = 0 THEN 'PUBLIC' ELSE v_grantee::regrole::text END);
+        END LOOP;
         EXECUTE format('WITH m AS (DELETE FROM queue.%I d WHERE d.%I >= $1 AND d.%I < $2 RETURNING d.*) '
                        'INSERT INTO queue.%I SELECT * FROM m', v_default, p_column, p_column, v_name)
             USING v_lo, v_hi;

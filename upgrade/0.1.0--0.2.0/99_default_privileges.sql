@@ -1,0 +1,1 @@
+../../schema/99_default_privileges.sql
