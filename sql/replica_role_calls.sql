@@ -35,22 +35,22 @@ SELECT queue.hold('rr_flow', :h1, 'check the address');
 \c - regress_rr_worker
 SHOW session_replication_role;
 CREATE TEMP TABLE claimed AS
-    SELECT item_id, lease_token, payload FROM queue.dequeue('rr_flow', 'rr_bot', 10);
+    SELECT item_id, lease_token, payload FROM queue.dequeue('rr_flow', 'rrc_bot', 10);
 SELECT payload FROM claimed ORDER BY item_id;
-SELECT count(*) AS second_claim FROM queue.dequeue('rr_flow', 'rr_bot', 10);
+SELECT count(*) AS second_claim FROM queue.dequeue('rr_flow', 'rrc_bot', 10);
 
 -- case: completing the group's head and the key's lease lets the next
 -- item of each go
 SELECT queue.complete_batch('rr_flow', array_agg(item_id ORDER BY item_id),
                             array_agg(lease_token ORDER BY item_id)) AS completed
   FROM claimed;
-SELECT payload FROM queue.dequeue('rr_flow', 'rr_bot', 10) ORDER BY item_id;
+SELECT payload FROM queue.dequeue('rr_flow', 'rrc_bot', 10) ORDER BY item_id;
 
 -- case: the held head, released by the admin, is the next of its group
 \c - regress_rr_admin
 SELECT queue.unhold('rr_flow', :h1);
 \c - regress_rr_worker
-SELECT payload FROM queue.dequeue('rr_flow', 'rr_bot', 10) ORDER BY item_id;
+SELECT payload FROM queue.dequeue('rr_flow', 'rrc_bot', 10) ORDER BY item_id;
 SELECT state, count(*) FROM queue.items WHERE queue_name = 'rr_flow' GROUP BY 1 ORDER BY 1;
 
 -- case: the session stays in replica mode after a call, also after one
