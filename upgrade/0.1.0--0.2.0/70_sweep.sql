@@ -522,6 +522,11 @@ DECLARE
     v_name text;
     v_n bigint;
 BEGIN
+    -- NB: a queue whose maintenance fails (a lock_timeout while an
+    -- administrator's transaction holds the queue, a deadlock with a bot)
+    -- is a WARNING in the job's log, its work of this run rolled back, and
+    -- never stops the other queues, the partitions or the leftovers of
+    -- dropped queues: the next run tries it again
     FOR v_name IN SELECT q.queue_name FROM queue.queues q ORDER BY q.queue_name
     LOOP
         BEGIN
@@ -532,7 +537,12 @@ BEGIN
         COMMIT;
     END LOOP;
     -- the partitions of the history: created ahead, dropped past retention
-    PERFORM queue.maintain_history();
+    BEGIN
+        PERFORM queue.maintain_history();
+    EXCEPTION WHEN OTHERS THEN
+        RAISE WARNING 'maintenance of the history partitions failed: %', SQLERRM
+            USING DETAIL = pg_catalog.format('SQLSTATE %s; the next run tries again.', SQLSTATE);
+    END;
     COMMIT;
     -- then retention until nothing is due, a batch per transaction, so
     -- that it keeps up with any rate the queues complete at
@@ -541,14 +551,24 @@ BEGIN
         LOOP
             BEGIN
                 v_n := queue.apply_retention(v_name);
-            EXCEPTION WHEN undefined_object THEN
-                v_n := 0;
+            EXCEPTION
+                WHEN undefined_object THEN
+                    v_n := 0;   -- dropped since the loop began
+                WHEN OTHERS THEN
+                    RAISE WARNING 'retention of queue "%" failed: %', v_name, SQLERRM
+                        USING DETAIL = pg_catalog.format('SQLSTATE %s; the batch was rolled back, the next run tries again.', SQLSTATE);
+                    v_n := 0;
             END;
             COMMIT;
             EXIT WHEN v_n OPERATOR(pg_catalog.=) 0;
         END LOOP;
     END LOOP;
-    PERFORM queue.sweep_dropped();
+    BEGIN
+        PERFORM queue.sweep_dropped();
+    EXCEPTION WHEN OTHERS THEN
+        RAISE WARNING 'removing what dropped queues left failed: %', SQLERRM
+            USING DETAIL = pg_catalog.format('SQLSTATE %s; the next run tries again.', SQLSTATE);
+    END;
     COMMIT;
 END
 $$;
