@@ -106,45 +106,57 @@ BEGIN
     v_bound := coalesce(v_bound, v_now);
     FOR v_name IN SELECT c.queue_name FROM queue.queue_config c ORDER BY c.queue_name
     LOOP
-        SELECT m.taken_at INTO v_prev FROM queue.metrics_history m
-         WHERE m.queue_name = v_name ORDER BY m.taken_at DESC LIMIT 1;
-        -- the totals at the previous snapshot (snap_*), or before this
-        -- count when a row predates them; retention may have counted rows
-        -- since, and removed them
-        SELECT x.processed, x.failed, x.snap_processed, x.snap_failed INTO t
-          FROM queue.metrics_totals x WHERE x.queue_name = v_name FOR UPDATE;
-        v_counted := FOUND;
-        IF v_counted THEN
-            v_processed := coalesce(t.snap_processed, t.processed);
-            v_failed := coalesce(t.snap_failed, t.failed);
-        END IF;
-        PERFORM queue._count_totals(v_name, v_bound);
-        SELECT x.processed, x.failed INTO t FROM queue.metrics_totals x WHERE x.queue_name = v_name;
-        IF v_prev IS NULL OR NOT v_counted THEN
-            -- a queue's first row has nothing to count from
-            v_processed := NULL;
-            v_failed := NULL;
-        ELSE
-            v_processed := t.processed - v_processed;
-            v_failed := t.failed - v_failed;
-        END IF;
-        SELECT * INTO s FROM queue._stats(v_name) x;
-        INSERT INTO queue.metrics_history AS m
-               (queue_name, taken_at, queued, scheduled, processing, on_hold, dead,
-                oldest_queued_age, processed_1h, failed_1h, wait_p50, wait_p95, run_p50,
-                run_p95, paused, processed, failed)
-        VALUES (v_name, v_now, s.queued, s.scheduled, s.processing, s.on_hold, s.dead,
-                s.oldest_queued_age, s.processed_1h, s.failed_1h, s.wait_p50, s.wait_p95,
-                s.run_p50, s.run_p95, s.paused, v_processed, v_failed)
-        ON CONFLICT ON CONSTRAINT metrics_history_pkey DO NOTHING;
-        IF NOT FOUND THEN
-            CONTINUE;   -- this transaction took the snapshot already
-        END IF;
-        v_rows := v_rows + 1;
-        -- the next snapshot counts from here
-        UPDATE queue.metrics_totals x
-           SET snap_processed = t.processed, snap_failed = t.failed
-         WHERE x.queue_name = v_name;
+        -- one queue whose snapshot fails (a lock_timeout) is a WARNING and no
+        -- row, never the end of the other queues' rows
+        BEGIN
+            -- the queue before its rows, in drop_queue's order: a snapshot that
+            -- meets a drop waits for it, then finds the queue gone and writes
+            -- no row for it
+            PERFORM queue._lock_queue(v_name, false);
+            CONTINUE WHEN NOT EXISTS (SELECT 1 FROM queue.queue_config c WHERE c.queue_name = v_name);
+            SELECT m.taken_at INTO v_prev FROM queue.metrics_history m
+             WHERE m.queue_name = v_name ORDER BY m.taken_at DESC LIMIT 1;
+            -- the totals at the previous snapshot (snap_*), or before this
+            -- count when a row predates them; retention may have counted rows
+            -- since, and removed them
+            SELECT x.processed, x.failed, x.snap_processed, x.snap_failed INTO t
+              FROM queue.metrics_totals x WHERE x.queue_name = v_name FOR UPDATE;
+            v_counted := FOUND;
+            IF v_counted THEN
+                v_processed := coalesce(t.snap_processed, t.processed);
+                v_failed := coalesce(t.snap_failed, t.failed);
+            END IF;
+            PERFORM queue._count_totals(v_name, v_bound);
+            SELECT x.processed, x.failed INTO t FROM queue.metrics_totals x WHERE x.queue_name = v_name;
+            IF v_prev IS NULL OR NOT v_counted THEN
+                -- a queue's first row has nothing to count from
+                v_processed := NULL;
+                v_failed := NULL;
+            ELSE
+                v_processed := t.processed - v_processed;
+                v_failed := t.failed - v_failed;
+            END IF;
+            SELECT * INTO s FROM queue._stats(v_name) x;
+            INSERT INTO queue.metrics_history AS m
+                   (queue_name, taken_at, queued, scheduled, processing, on_hold, dead,
+                    oldest_queued_age, processed_1h, failed_1h, wait_p50, wait_p95, run_p50,
+                    run_p95, paused, processed, failed)
+            VALUES (v_name, v_now, s.queued, s.scheduled, s.processing, s.on_hold, s.dead,
+                    s.oldest_queued_age, s.processed_1h, s.failed_1h, s.wait_p50, s.wait_p95,
+                    s.run_p50, s.run_p95, s.paused, v_processed, v_failed)
+            ON CONFLICT ON CONSTRAINT metrics_history_pkey DO NOTHING;
+            IF NOT FOUND THEN
+                CONTINUE;   -- this transaction took the snapshot already
+            END IF;
+            v_rows := v_rows + 1;
+            -- the next snapshot counts from here
+            UPDATE queue.metrics_totals x
+               SET snap_processed = t.processed, snap_failed = t.failed
+             WHERE x.queue_name = v_name;
+        EXCEPTION WHEN OTHERS THEN
+            RAISE WARNING 'snapshot of queue "%" failed: %', v_name, SQLERRM
+                USING DETAIL = format('SQLSTATE %s; the queue has no row in this snapshot, the next one counts what it missed.', SQLSTATE);
+        END;
     END LOOP;
     -- totals of dropped queues
     DELETE FROM queue.metrics_totals t
