@@ -499,8 +499,15 @@ BEGIN
             END IF;
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS v_err = MESSAGE_TEXT;
+            -- NB: never waits for the row: what failed may be the wait for
+            -- it (a lock_timeout while an administrator's transaction
+            -- replaces or removes the schedule), and an error here would
+            -- end the run; a schedule() replacing it clears last_error
             UPDATE queue.schedule_config s SET last_error = left(v_err, 1000)
-             WHERE s.queue_name = r.queue_name AND s.name = r.name;
+             WHERE (s.queue_name, s.name) IN
+                   (SELECT x.queue_name, x.name FROM queue.schedule_config x
+                     WHERE x.queue_name = r.queue_name AND x.name = r.name
+                       FOR UPDATE SKIP LOCKED);
             RAISE WARNING 'schedule "%" of queue "%" could not enqueue: %', r.name, r.queue_name, v_err;
         END;
     END LOOP;
