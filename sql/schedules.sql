@@ -119,7 +119,8 @@ SELECT i.group_key, i.limit_key, i.dedup_key LIKE 'schedule:keyed:%' AS keyed_by
  WHERE s.name = 'keyed';
 SELECT queue.unschedule('s_other', 'keyed');
 
--- case: the audit trail names who scheduled what
+-- case: the audit trail names who scheduled or removed what, and the
+-- expression (schedule_removed: the one the schedule had)
 SELECT kind, details->>'name' AS name, details->>'cron' AS cron, details->>'replaced' AS replaced,
        details->>'by' = session_user AS by_me
   FROM queue.events WHERE kind LIKE 'schedule%' ORDER BY event_id;
