@@ -413,18 +413,21 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_name text := queue._check_name(unschedule.queue_name);
+    v_cron text;
 BEGIN
     IF unschedule.name IS NULL THEN
         RAISE EXCEPTION 'name must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     PERFORM queue._check_access(v_name, 'reader');
     DELETE FROM queue.schedule_config s
-     WHERE s.queue_name = v_name AND s.name = unschedule.name;
+     WHERE s.queue_name = v_name AND s.name = unschedule.name
+    RETURNING s.cron INTO v_cron;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
     PERFORM queue._event(v_name, NULL, 'schedule_removed', NULL, NULL,
-                         jsonb_build_object('name', unschedule.name, 'by', session_user));
+                         jsonb_build_object('name', unschedule.name, 'cron', v_cron,
+                                            'by', session_user));
     RETURN true;
 END
 $$;
