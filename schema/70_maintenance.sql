@@ -1097,6 +1097,7 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     v_db text := queue._pg_cron_database();
     r record;
+    v_job bigint;
 BEGIN
     IF enable_cron.sweep_schedule IS NULL OR enable_cron.metrics_schedule IS NULL THEN
         RAISE EXCEPTION '% must not be null',
@@ -1121,7 +1122,9 @@ BEGIN
     -- scheduling by name replaces a job of the same name: enabling twice
     -- changes the schedules, never adds jobs.  pg_cron judges the schedule
     -- text (its forms vary with its version); a refusal names the argument,
-    -- and the statement's error leaves both jobs as they were.
+    -- and the statement's error leaves both jobs as they were.  NB: the
+    -- replacement keeps a job paused in pg_cron (active false) paused, so
+    -- such a job is made active again: enabled means they run.
     FOR r IN SELECT j.job, j.schedule, j.command, j.arg
                FROM (VALUES ('queue_sweep', enable_cron.sweep_schedule,
                              'CALL queue.run_sweep()', 'sweep_schedule'),
@@ -1129,12 +1132,15 @@ BEGIN
                              'SELECT queue.snapshot_metrics()', 'metrics_schedule'))
                     AS j(job, schedule, command, arg) LOOP
         BEGIN
-            PERFORM cron.schedule_in_database(r.job, r.schedule, r.command, current_database());
+            v_job := cron.schedule_in_database(r.job, r.schedule, r.command, current_database());
         EXCEPTION WHEN invalid_parameter_value THEN
             RAISE EXCEPTION 'invalid % "%"', r.arg, left(r.schedule, 200)
                 USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM,
                       HINT = 'Give a pg_cron schedule: five cron fields such as ''*/5 * * * *'' (every 5 minutes), or @hourly, @daily.';
         END;
+        IF EXISTS (SELECT 1 FROM cron.job j WHERE j.jobid = v_job AND NOT j.active) THEN
+            PERFORM cron.alter_job(v_job, active => true);
+        END IF;
     END LOOP;
 END
 $$;

@@ -288,10 +288,14 @@ COMMENT ON FUNCTION queue._schedule_clock()
     IS 'Whether pg_cron runs here or in another database; 55000 with a hint when it cannot run schedules';
 
 -- Creates (or keeps) the job that runs run_schedules() every minute, or,
--- with pg_cron in another database, says how to create it there.
+-- with pg_cron in another database, says how to create it there.  A job
+-- of that name paused in pg_cron is made active again (pg_cron's
+-- replacement of a job by name keeps it paused).
 CREATE OR REPLACE FUNCTION queue._schedule_job()
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+DECLARE
+    v_job bigint;
 BEGIN
     IF queue._schedule_clock() = 'here' THEN
         PERFORM 1 FROM cron.job j
@@ -299,8 +303,11 @@ BEGIN
            AND j.schedule = '* * * * *' AND j.command = 'SELECT queue.run_schedules()'
            AND j.active;
         IF NOT FOUND THEN
-            PERFORM cron.schedule_in_database('queue_schedules', '* * * * *',
-                                              'SELECT queue.run_schedules()', current_database());
+            v_job := cron.schedule_in_database('queue_schedules', '* * * * *',
+                                               'SELECT queue.run_schedules()', current_database());
+            IF EXISTS (SELECT 1 FROM cron.job j WHERE j.jobid = v_job AND NOT j.active) THEN
+                PERFORM cron.alter_job(v_job, active => true);
+            END IF;
         END IF;
     ELSE
         RAISE NOTICE 'pg_cron runs in database "%": its job for this database must be created there',
