@@ -403,6 +403,12 @@ BEGIN
          ORDER BY 1
     LOOP
         CONTINUE WHEN v_name !~ '^[a-z][a-z0-9_]{0,46}$';   -- no queue can have it
+        -- NB: the name's sweep lock first, tried: a concurrent sweep
+        -- removing the same leftovers (every sweep meets a queue_dropped
+        -- event for 7 days) holds it until its transaction ends; this one
+        -- skips the name instead of waiting for it (sweeps never wait for
+        -- each other), and the next call does it
+        CONTINUE WHEN NOT queue._try_lock_sweep(v_name);
         PERFORM queue._lock_queue(v_name, true);
         CONTINUE WHEN EXISTS (SELECT 1 FROM queue.queue_config c WHERE c.queue_name = v_name);
         v_counts := queue._forget_queue(v_name, true);
