@@ -460,16 +460,21 @@ BEGIN
         SELECT v_n + (SELECT count(*) FROM gone) + (SELECT count(*) FROM windows) INTO v_n;
         RETURN v_n;
     END IF;
+    -- NB: SKIP LOCKED: a worker another sweep is forgetting at the same
+    -- time is its to remove; this one never waits for that transaction
     WITH gone AS (
         DELETE FROM queue.worker_registry w
-         WHERE w.last_seen < now() - greatest(interval '1 day',
-                                              (SELECT max(c.retention) FROM queue.queue_config c))
-           AND NOT w.draining
-           AND NOT EXISTS (SELECT 1 FROM queue.maintenance_window m
-                            WHERE m.worker = w.worker AND m.ends_at > now())
-           AND NOT EXISTS (SELECT 1 FROM queue.queue_config c
-                             JOIN queue.item_live i ON i.queue_name = c.queue_name
-                                                   AND i.worker = w.worker)
+         WHERE w.worker IN (
+               SELECT x.worker FROM queue.worker_registry x
+                WHERE x.last_seen < now() - greatest(interval '1 day',
+                                                     (SELECT max(c.retention) FROM queue.queue_config c))
+                  AND NOT x.draining
+                  AND NOT EXISTS (SELECT 1 FROM queue.maintenance_window m
+                                   WHERE m.worker = x.worker AND m.ends_at > now())
+                  AND NOT EXISTS (SELECT 1 FROM queue.queue_config c
+                                    JOIN queue.item_live i ON i.queue_name = c.queue_name
+                                                          AND i.worker = x.worker)
+                  FOR UPDATE SKIP LOCKED)
         RETURNING w.worker),
     windows AS (
         DELETE FROM queue.maintenance_window m WHERE m.worker IN (SELECT g.worker FROM gone g)
