@@ -381,11 +381,23 @@ BEGIN
             ELSE
                 NULL;
         END CASE;
-        UPDATE queue.worker_registry w SET offline_handled_at = now() WHERE w.worker = r.worker;
         IF r.worker <> ALL (v_workers) THEN
             v_workers := v_workers || r.worker;
         END IF;
     END LOOP;
+    -- when their leases were ended, once per worker.  NB: SKIP LOCKED: a
+    -- sweep of another queue ending the same worker's leases at the same
+    -- time stamps it; this one never waits for that transaction (under
+    -- Citus, where the registry is a reference table, it is stamped as is)
+    IF cardinality(v_workers) > 0 AND queue.distributed() THEN
+        UPDATE queue.worker_registry w SET offline_handled_at = now()
+         WHERE w.worker = ANY (v_workers);
+    ELSIF cardinality(v_workers) > 0 THEN
+        UPDATE queue.worker_registry w SET offline_handled_at = now()
+         WHERE w.worker IN (SELECT x.worker FROM queue.worker_registry x
+                             WHERE x.worker = ANY (v_workers)
+                               FOR UPDATE SKIP LOCKED);
+    END IF;
     -- the alert's check reads these workers whatever their last_seen.
     -- NB: merged before the write, as a value: under Citus a query in an
     -- UPDATE of a distributed table would run inside the shard's statement.
