@@ -525,6 +525,65 @@ $$;
 COMMENT ON FUNCTION queue._end_lease(text, bigint, text, text, text)
     IS 'Ends an item''s lease early as a lost lease (offline recovery, restart)';
 
+-- Locks the items of p_queue with the given ids all at once, and never
+-- waits for one while it holds another: when another transaction holds
+-- one, those taken are let go again (the block's subtransaction is rolled
+-- back), the busy one is waited for alone and let go at once, and it
+-- starts over; after ten rounds it waits in item id order.  heartbeat and
+-- restart take a worker's items so, since a call that locks them in
+-- another order (enqueue_batch, which locks the holders of its keys in key
+-- order) would otherwise wait for the one they hold while they wait for
+-- its, and a deadlock would fail one of the two.  Items gone meanwhile are
+-- left out.  (A subtransaction takes an xid only where it locks rows.)
+-- Under Citus the callers lock the items in id order themselves, as
+-- before: no subtransaction is rolled back over the distributed table.
+CREATE FUNCTION queue._lock_items(p_queue text, p_items bigint[])
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+DECLARE
+    v_free bigint[];
+    v_busy bigint[];
+BEGIN
+    IF coalesce(cardinality(p_items), 0) = 0 OR queue.distributed() THEN
+        RETURN;
+    END IF;
+    FOR v_try IN 1..10 LOOP
+        BEGIN
+            SELECT array_agg(s.item_id) INTO v_free
+              FROM (SELECT i.item_id FROM queue.item_live i
+                     WHERE i.queue_name = p_queue AND i.item_id = ANY (p_items)
+                     ORDER BY i.item_id
+                       FOR UPDATE SKIP LOCKED) s;
+            SELECT array_agg(i.item_id) INTO v_busy FROM queue.item_live i
+             WHERE i.queue_name = p_queue AND i.item_id = ANY (p_items)
+               AND i.item_id <> ALL (coalesce(v_free, '{}'));
+            IF v_busy IS NULL THEN
+                RETURN;
+            END IF;
+            -- (a code of its own: a lock_timeout of the caller still ends
+            -- the call with its error)
+            RAISE EXCEPTION 'let the items go' USING ERRCODE = 'QL001';
+        EXCEPTION WHEN SQLSTATE 'QL001' THEN
+            BEGIN
+                PERFORM FROM queue.item_live i
+                 WHERE i.queue_name = p_queue
+                   AND i.item_id = (SELECT min(b) FROM unnest(v_busy) b)
+                   FOR UPDATE;
+                RAISE EXCEPTION 'let the item go' USING ERRCODE = 'QL001';
+            EXCEPTION WHEN SQLSTATE 'QL001' THEN
+                NULL;
+            END;
+        END;
+    END LOOP;
+    PERFORM FROM queue.item_live i
+     WHERE i.queue_name = p_queue AND i.item_id = ANY (p_items)
+     ORDER BY i.item_id
+       FOR UPDATE;
+END
+$$;
+COMMENT ON FUNCTION queue._lock_items(text, bigint[])
+    IS 'Locks items all at once, never waiting for one while holding another';
+
 -- The leases a restarted process of `p_worker` held in `p_queue`: those
 -- claimed before `p_before` (all when NULL) end as lost leases (error `worker restarted`),
 -- and the breaker judges them at once, as any failures.  register_worker
@@ -538,6 +597,10 @@ DECLARE
     r record;
     v_ended boolean := false;
 BEGIN
+    PERFORM queue._lock_items(p_queue, ARRAY(
+        SELECT i.item_id FROM queue.item_live i
+         WHERE i.queue_name = p_queue AND i.worker = p_worker
+           AND i.lease_token IS NOT NULL AND (p_before IS NULL OR i.claimed_at < p_before)));
     FOR r IN
         SELECT i.item_id FROM queue.item_live i
          WHERE i.queue_name = p_queue AND i.worker = p_worker

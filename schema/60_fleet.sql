@@ -196,9 +196,6 @@ DECLARE
     v_now timestamptz;
     v_start timestamptz := greatest(statement_timestamp(), transaction_timestamp());
     v_restarted timestamptz;
-    v_mine bigint[];
-    v_free bigint[];
-    v_locked boolean;
 BEGIN
     SELECT w.session, w.restarted_at INTO v_prev, v_restarted
       FROM queue.worker_registry w WHERE w.worker = v_worker;
@@ -221,60 +218,20 @@ BEGIN
         END IF;
         -- the leases are locked first: whether one is unexpired is judged
         -- once it is held (after any wait for its lock), see extend_lease.
-        -- They are locked all at once or not at all: when another
-        -- transaction holds one, the others are let go again, heartbeat
-        -- waits for that one alone and then tries again.  It never waits
-        -- while it holds one of the items, so it never closes a cycle with
-        -- a call that locks the worker's items in another order (an
-        -- enqueue_batch locks the holders of its keys in key order): a
-        -- deadlock would fail one of the two.  (A subtransaction lets the
-        -- locks go; it takes an xid only where the worker holds items.)
-        v_locked := false;
-        FOR v_try IN 1..10 LOOP
-            BEGIN
-                SELECT array_agg(s.item_id) INTO v_free
-                  FROM (SELECT i.item_id FROM queue.item_live i
-                         WHERE i.queue_name = q.queue_name AND i.worker = v_worker
-                           AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
-                           AND i.cancel_requested_at IS NULL
-                         ORDER BY i.item_id
-                           FOR UPDATE SKIP LOCKED) s;
-                SELECT array_agg(i.item_id) INTO v_mine FROM queue.item_live i
-                 WHERE i.queue_name = q.queue_name AND i.worker = v_worker
-                   AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
-                   AND i.cancel_requested_at IS NULL;
-                -- one held elsewhere: let the others go (the block's
-                -- subtransaction is rolled back)
-                IF cardinality(v_mine) > coalesce(cardinality(v_free), 0) THEN
-                    RAISE EXCEPTION USING ERRCODE = 'lock_not_available';
-                END IF;
-                v_locked := true;
-            EXCEPTION WHEN lock_not_available THEN
-                -- wait for the first busy one, holding nothing else, and
-                -- let it go again at once
-                BEGIN
-                    PERFORM FROM queue.item_live i
-                     WHERE i.queue_name = q.queue_name
-                       AND i.item_id = (SELECT min(m) FROM unnest(v_mine) m
-                                         WHERE m <> ALL (coalesce(v_free, '{}')))
-                       FOR UPDATE;
-                    RAISE EXCEPTION USING ERRCODE = 'lock_not_available';
-                EXCEPTION WHEN lock_not_available THEN
-                    NULL;
-                END;
-            END;
-            EXIT WHEN v_locked;
-        END LOOP;
-        -- an item taken and let go by others again and again: wait in
-        -- item id order as every call does
-        IF NOT v_locked THEN
-            PERFORM FROM queue.item_live i
+        -- All at once, never waiting for one while holding another
+        -- (_lock_items); the statement after it finds them held, and locks
+        -- in id order only a lease claimed since.
+        PERFORM queue._lock_items(q.queue_name, ARRAY(
+            SELECT i.item_id FROM queue.item_live i
              WHERE i.queue_name = q.queue_name AND i.worker = v_worker
                AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
-               AND i.cancel_requested_at IS NULL
-             ORDER BY i.item_id
-               FOR UPDATE;
-        END IF;
+               AND i.cancel_requested_at IS NULL));
+        PERFORM FROM queue.item_live i
+         WHERE i.queue_name = q.queue_name AND i.worker = v_worker
+           AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
+           AND i.cancel_requested_at IS NULL
+         ORDER BY i.item_id
+           FOR UPDATE;
         v_now := clock_timestamp();
         -- a lease runs from this statement, not from the transaction's start
         -- (nor from a procedure's CALL, see src/statement_scope.c)

@@ -246,6 +246,65 @@ $$;
 COMMENT ON FUNCTION queue._end_lease(text, bigint, text, text, text)
     IS 'Ends an item''s lease early as a lost lease (offline recovery, restart)';
 
+-- Locks the items of p_queue with the given ids all at once, and never
+-- waits for one while it holds another: when another transaction holds
+-- one, those taken are let go again (the block's subtransaction is rolled
+-- back), the busy one is waited for alone and let go at once, and it
+-- starts over; after ten rounds it waits in item id order.  heartbeat and
+-- restart take a worker's items so, since a call that locks them in
+-- another order (enqueue_batch, which locks the holders of its keys in key
+-- order) would otherwise wait for the one they hold while they wait for
+-- its, and a deadlock would fail one of the two.  Items gone meanwhile are
+-- left out.  (A subtransaction takes an xid only where it locks rows.)
+-- Under Citus the callers lock the items in id order themselves, as
+-- before: no subtransaction is rolled back over the distributed table.
+CREATE FUNCTION queue._lock_items(p_queue text, p_items bigint[])
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+DECLARE
+    v_free bigint[];
+    v_busy bigint[];
+BEGIN
+    IF coalesce(cardinality(p_items), 0) = 0 OR queue.distributed() THEN
+        RETURN;
+    END IF;
+    FOR v_try IN 1..10 LOOP
+        BEGIN
+            SELECT array_agg(s.item_id) INTO v_free
+              FROM (SELECT i.item_id FROM queue.item_live i
+                     WHERE i.queue_name = p_queue AND i.item_id = ANY (p_items)
+                     ORDER BY i.item_id
+                       FOR UPDATE SKIP LOCKED) s;
+            SELECT array_agg(i.item_id) INTO v_busy FROM queue.item_live i
+             WHERE i.queue_name = p_queue AND i.item_id = ANY (p_items)
+               AND i.item_id <> ALL (coalesce(v_free, '{}'));
+            IF v_busy IS NULL THEN
+                RETURN;
+            END IF;
+            -- (a code of its own: a lock_timeout of the caller still ends
+            -- the call with its error)
+            RAISE EXCEPTION 'let the items go' USING ERRCODE = 'QL001';
+        EXCEPTION WHEN SQLSTATE 'QL001' THEN
+            BEGIN
+                PERFORM FROM queue.item_live i
+                 WHERE i.queue_name = p_queue
+                   AND i.item_id = (SELECT min(b) FROM unnest(v_busy) b)
+                   FOR UPDATE;
+                RAISE EXCEPTION 'let the item go' USING ERRCODE = 'QL001';
+            EXCEPTION WHEN SQLSTATE 'QL001' THEN
+                NULL;
+            END;
+        END;
+    END LOOP;
+    PERFORM FROM queue.item_live i
+     WHERE i.queue_name = p_queue AND i.item_id = ANY (p_items)
+     ORDER BY i.item_id
+       FOR UPDATE;
+END
+$$;
+COMMENT ON FUNCTION queue._lock_items(text, bigint[])
+    IS 'Locks items all at once, never waiting for one while holding another';
+
 -- The leases a restarted process of `p_worker` held in `p_queue`: those
 -- claimed before `p_before` (all when NULL) end as lost leases (error `worker restarted`),
 -- and the breaker judges them at once, as any failures.  register_worker
@@ -259,6 +318,10 @@ DECLARE
     r record;
     v_ended boolean := false;
 BEGIN
+    PERFORM queue._lock_items(p_queue, ARRAY(
+        SELECT i.item_id FROM queue.item_live i
+         WHERE i.queue_name = p_queue AND i.worker = p_worker
+           AND i.lease_token IS NOT NULL AND (p_before IS NULL OR i.claimed_at < p_before)));
     FOR r IN
         SELECT i.item_id FROM queue.item_live i
          WHERE i.queue_name = p_queue AND i.worker = p_worker
@@ -367,9 +430,6 @@ DECLARE
     v_now timestamptz;
     v_start timestamptz := greatest(statement_timestamp(), transaction_timestamp());
     v_restarted timestamptz;
-    v_mine bigint[];
-    v_free bigint[];
-    v_locked boolean;
 BEGIN
     SELECT w.session, w.restarted_at INTO v_prev, v_restarted
       FROM queue.worker_registry w WHERE w.worker = v_worker;
@@ -392,60 +452,20 @@ BEGIN
         END IF;
         -- the leases are locked first: whether one is unexpired is judged
         -- once it is held (after any wait for its lock), see extend_lease.
-        -- They are locked all at once or not at all: when another
-        -- transaction holds one, the others are let go again, heartbeat
-        -- waits for that one alone and then tries again.  It never waits
-        -- while it holds one of the items, so it never closes a cycle with
-        -- a call that locks the worker's items in another order (an
-        -- enqueue_batch locks the holders of its keys in key order): a
-        -- deadlock would fail one of the two.  (A subtransaction lets the
-        -- locks go; it takes an xid only where the worker holds items.)
-        v_locked := false;
-        FOR v_try IN 1..10 LOOP
-            BEGIN
-                SELECT array_agg(s.item_id) INTO v_free
-                  FROM (SELECT i.item_id FROM queue.item_live i
-                         WHERE i.queue_name = q.queue_name AND i.worker = v_worker
-                           AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
-                           AND i.cancel_requested_at IS NULL
-                         ORDER BY i.item_id
-                           FOR UPDATE SKIP LOCKED) s;
-                SELECT array_agg(i.item_id) INTO v_mine FROM queue.item_live i
-                 WHERE i.queue_name = q.queue_name AND i.worker = v_worker
-                   AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
-                   AND i.cancel_requested_at IS NULL;
-                -- one held elsewhere: let the others go (the block's
-                -- subtransaction is rolled back)
-                IF cardinality(v_mine) > coalesce(cardinality(v_free), 0) THEN
-                    RAISE EXCEPTION USING ERRCODE = 'lock_not_available';
-                END IF;
-                v_locked := true;
-            EXCEPTION WHEN lock_not_available THEN
-                -- wait for the first busy one, holding nothing else, and
-                -- let it go again at once
-                BEGIN
-                    PERFORM FROM queue.item_live i
-                     WHERE i.queue_name = q.queue_name
-                       AND i.item_id = (SELECT min(m) FROM unnest(v_mine) m
-                                         WHERE m <> ALL (coalesce(v_free, '{}')))
-                       FOR UPDATE;
-                    RAISE EXCEPTION USING ERRCODE = 'lock_not_available';
-                EXCEPTION WHEN lock_not_available THEN
-                    NULL;
-                END;
-            END;
-            EXIT WHEN v_locked;
-        END LOOP;
-        -- an item taken and let go by others again and again: wait in
-        -- item id order as every call does
-        IF NOT v_locked THEN
-            PERFORM FROM queue.item_live i
+        -- All at once, never waiting for one while holding another
+        -- (_lock_items); the statement after it finds them held, and locks
+        -- in id order only a lease claimed since.
+        PERFORM queue._lock_items(q.queue_name, ARRAY(
+            SELECT i.item_id FROM queue.item_live i
              WHERE i.queue_name = q.queue_name AND i.worker = v_worker
                AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
-               AND i.cancel_requested_at IS NULL
-             ORDER BY i.item_id
-               FOR UPDATE;
-        END IF;
+               AND i.cancel_requested_at IS NULL));
+        PERFORM FROM queue.item_live i
+         WHERE i.queue_name = q.queue_name AND i.worker = v_worker
+           AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
+           AND i.cancel_requested_at IS NULL
+         ORDER BY i.item_id
+           FOR UPDATE;
         v_now := clock_timestamp();
         -- a lease runs from this statement, not from the transaction's start
         -- (nor from a procedure's CALL, see src/statement_scope.c)
@@ -611,6 +631,7 @@ REVOKE ALL ON FUNCTION queue._session_alive(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._record_failure(text, bigint, int, text, text, text, text, timestamptz, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._end_lease(text, bigint, text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._end_restarted_leases(text, text, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION queue._lock_items(text, bigint[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._end_lease_probe(text, bigint, timestamptz, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._recover_offline(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue.register_worker(text, text[], int, jsonb, text[], boolean) FROM PUBLIC;
