@@ -10,7 +10,7 @@ SELECT queue.register_worker('ure-bot', labels => ARRAY['cpu']);
 
 -- case: the only item needing labels nobody has expires before the sla
 SET ROLE regress_ure_prod;
-SELECT queue.enqueue('q_ure', '{"n": 1}', requires => ARRAY['gpu'],
+SELECT queue.enqueue('q_ure', '{"n": 1}', requires => ARRAY['ure-gpu'],
                      expires_at => now() + interval '1 s') > 0 AS enqueued;
 RESET ROLE;
 SELECT pg_sleep(2.5);
@@ -19,7 +19,7 @@ SELECT status, reasons FROM queue.health('q_ure');
 
 -- case: one that does not expire still counts, alone
 SET ROLE regress_ure_prod;
-SELECT queue.enqueue('q_ure', '{"n": 2}', requires => ARRAY['gpu'],
+SELECT queue.enqueue('q_ure', '{"n": 2}', requires => ARRAY['ure-gpu'],
                      run_at => now() - interval '1 h') > 0 AS enqueued;
 RESET ROLE;
 SELECT pg_sleep(1.5);
