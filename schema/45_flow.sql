@@ -639,10 +639,15 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Pass NULL to limit the whole queue.';
     END IF;
-    IF set_limit.max_in_flight < 1 OR set_limit.rate < 1 THEN
-        RAISE EXCEPTION 'max_in_flight and rate must be at least 1'
+    IF set_limit.max_in_flight < 1 THEN
+        RAISE EXCEPTION 'max_in_flight must be at least 1, not %', set_limit.max_in_flight
             USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Leave one out (NULL) for no limit of that kind, or drop the limit with queue.drop_limit.';
+                  HINT = 'Leave it out (NULL) for no cap on the key''s leases, or drop the limit with queue.drop_limit.';
+    END IF;
+    IF set_limit.rate < 1 THEN
+        RAISE EXCEPTION 'rate must be at least 1, not %', set_limit.rate
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Leave it out (NULL) for no rate, or drop the limit with queue.drop_limit.';
     END IF;
     IF set_limit.max_in_flight IS NULL AND set_limit.rate IS NULL THEN
         RAISE EXCEPTION 'set_limit needs max_in_flight or rate'
@@ -660,8 +665,9 @@ BEGIN
                   HINT = 'Leave it out for the default of 1 s.';
     END IF;
     IF set_limit.per <= interval '0' THEN
-        RAISE EXCEPTION 'per must be a positive interval'
-            USING ERRCODE = 'invalid_parameter_value';
+        RAISE EXCEPTION 'per must be positive, not "%"', set_limit.per
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'rate counts the claims in any window of length per, for example ''1 s'' or ''1 min''.';
     END IF;
     IF set_limit.per > interval '1000 years' THEN
         RAISE EXCEPTION 'per must be at most 1000 years, not "%"', set_limit.per
