@@ -546,6 +546,13 @@ BEGIN
         RAISE EXCEPTION '% must be a one-dimensional array', v_q
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- a NULL element is named as such: the call has no queue_name argument
+    IF array_position(register_worker.queues, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'queues[%] must not be null',
+                        array_position(register_worker.queues, NULL)
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'List the names of the queues the worker serves, without NULL elements.';
+    END IF;
     FOREACH v_q IN ARRAY coalesce(register_worker.queues, '{}') LOOP
         PERFORM queue._check_name(v_q);
     END LOOP;
