@@ -913,7 +913,9 @@ queue_fail(PG_FUNCTION_ARGS)
 		if (retry_s < 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("retry_in must not be negative"),
+					 errmsg("retry_in must not be negative, not \"%s\"",
+							DatumGetCString(DirectFunctionCall1(interval_out,
+																IntervalPGetDatum(iv)))),
 					 errhint("Pass '0 s' to make the item claimable again at once.")));
 		queue_check_interval_bound(iv, "retry_in");
 	}
