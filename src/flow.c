@@ -393,7 +393,8 @@ flow_check_key(Datum key, bool isnull, const char *argname)
 /*
  * flow_check_keys
  *		The per-item keys of enqueue_batch: NULL or a one-dimensional array
- *		of n elements (NULL elements: no key).
+ *		of n elements (NULL elements: no key).  A refused element is named
+ *		by its position (group_keys[2]), as dedup_keys' and payloads' are.
  */
 void
 flow_check_keys(Datum keys, bool isnull, int n, const char *argname)
@@ -418,8 +419,13 @@ flow_check_keys(Datum keys, bool isnull, int n, const char *argname)
 				 errhint("Pass one key per payload, NULL for items without one.")));
 	for (int i = 0; i < n; i++)
 	{
+		char		elemname[NAMEDATALEN + 16];
+
 		CHECK_FOR_INTERRUPTS();
-		flow_check_key(elems[i], nulls[i], argname);
+		if (nulls[i])
+			continue;
+		snprintf(elemname, sizeof(elemname), "%s[%d]", argname, i + 1);
+		flow_check_key(elems[i], false, elemname);
 	}
 }
 
