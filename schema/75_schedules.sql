@@ -348,9 +348,11 @@ BEGIN
     IF schedule.priority IS NULL THEN
         RAISE EXCEPTION 'priority must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
+    -- as enqueue says it: the ticks are enqueue's items
     IF schedule.priority NOT BETWEEN 0 AND 1000 THEN
-        RAISE EXCEPTION 'priority must be between 0 and 1000, not %', schedule.priority
-            USING ERRCODE = 'invalid_parameter_value';
+        RAISE EXCEPTION 'priority % is out of range', schedule.priority
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Priorities run from 0 (most urgent) to 1000.';
     END IF;
     IF schedule.group_key = '' OR schedule.limit_key = '' THEN
         RAISE EXCEPTION '% must not be empty',
