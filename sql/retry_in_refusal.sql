@@ -11,3 +11,4 @@ SELECT queue.fail('q_rir', :i, :t, 'boom', retry_in => '1 mon -31 days');
 SELECT state, attempt, last_error FROM queue.items WHERE queue_name = 'q_rir';
 SELECT queue.complete('q_rir', :i, :t);
 SELECT queue.drop_queue('q_rir', force => true);
+DELETE FROM queue.worker_registry WHERE worker = 'rir-1';

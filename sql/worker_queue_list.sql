@@ -11,3 +11,4 @@ SELECT count(*) AS registered FROM queue.workers WHERE worker = 'wql-1';
 SELECT queue.register_worker('wql-1', queues => ARRAY['q_wql']);
 SELECT worker, queues FROM queue.workers WHERE worker = 'wql-1';
 SELECT queue.drop_queue('q_wql');
+DELETE FROM queue.worker_registry WHERE worker = 'wql-1';
