@@ -36,7 +36,7 @@ SELECT queue.enqueue('fo_many', '{"k": "k70-urgent"}', priority => 0, limit_key 
 SELECT queue.enqueue('fo_many', '{"k": "k69-soon"}', priority => 1, limit_key => 'k69') > 0 AS enqueued;
 SELECT payload->>'k' AS k, priority FROM queue.dequeue('fo_many', 'w1');
 SELECT payload->>'k' AS k, priority FROM queue.dequeue('fo_many', 'w1');
--- a batch opens at most 64 limited keys (the others wait for the next call)
+-- a batch takes an item of every key that has one, as many single calls would
 SELECT count(*) AS claimed, count(DISTINCT payload->>'k') AS keys
   FROM queue.dequeue('fo_many', 'w1', batch_size => 100);
 

@@ -259,8 +259,12 @@ static SPIPlanPtr peek_lane_plan = NULL;
 	CLAIM_SQL_WITH("     AND i.limit_key" OP("=") "$6 AND i.priority" OP(">=") FLOW_BAND " " ROUTED, \
 				   CLAIM_LOST, CLAIM_SET)
 
-/* Most limited keys one dequeue locks and claims from. */
-#define FLOW_MAX_LANES 64
+/*
+ * Most limited keys one dequeue locks and claims from: as many as flow.c
+ * looks at (LANE_CANDIDATES), so that a batch takes an item of every key
+ * that has one to give, as that many single calls would.
+ */
+#define FLOW_MAX_LANES 1000
 
 /*
  * The first claimable items of the rest of the queue ($4 NULL) or of one
@@ -1222,10 +1226,13 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 	return nclaimed;
 }
 
-/* Append the first `limit` claimable items of a lane (or the rest) to `items`. */
+/*
+ * Append the first `limit` claimable items of a lane (or the rest) to
+ * *items, which holds *maxitems and grows as needed.
+ */
 static void
 peek_items(ClaimContext *ctx, FlowLane *lane, int lane_no, int64 limit,
-		   PeekedItem *items, int *nitems)
+		   PeekedItem **items, int *nitems, int *maxitems)
 {
 	Oid			argtypes[4] = {TEXTOID, INT8OID, TEXTOID, TEXTOID};
 	Datum		values[4] = {ctx->qname, Int64GetDatum(limit), ctx->worker,
@@ -1236,11 +1243,16 @@ peek_items(ClaimContext *ctx, FlowLane *lane, int lane_no, int64 limit,
 				   queue_prepare_cached(&peek_lane_plan, PEEK_LANE_SQL, 4, argtypes) :
 				   queue_prepare_cached(&peek_rest_plan, PEEK_REST_SQL, 3, argtypes),
 				   values, NULL, false, limit, SPI_OK_SELECT, "planning a claim");
+	if (*nitems + (int) SPI_processed > *maxitems)
+	{
+		*maxitems = Max(*maxitems * 2, *nitems + (int) SPI_processed);
+		*items = repalloc(*items, sizeof(PeekedItem) * *maxitems);
+	}
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[r];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
-		PeekedItem *it = &items[(*nitems)++];
+		PeekedItem *it = &(*items)[(*nitems)++];
 		bool		isnull;
 
 		it->priority = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
@@ -1265,18 +1277,21 @@ peek_items(ClaimContext *ctx, FlowLane *lane, int lane_no, int64 limit,
 static void
 plan_lanes(ClaimContext *ctx, FlowLane *lanes, int nlanes, int64 limit, int64 *asks)
 {
-	int64		room = limit;
+	int			maxitems = (int) Min(limit + nlanes, 4 * QUEUE_BATCH_MAX);
 	PeekedItem *items;
 	int			nitems = 0;
 	int			ntaken;
 
+	/* what the lanes and the rest have, as they have it (grown as needed) */
+	items = palloc(sizeof(PeekedItem) * maxitems);
+	peek_items(ctx, NULL, -1, limit, &items, &nitems, &maxitems);
 	for (int i = 0; i < nlanes; i++)
-		room += Min(Max(lanes[i].room, 0), limit);
-	items = palloc(sizeof(PeekedItem) * room);
-	peek_items(ctx, NULL, -1, limit, items, &nitems);
-	for (int i = 0; i < nlanes; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
 		if (lanes[i].room > 0)
-			peek_items(ctx, &lanes[i], i, Min(lanes[i].room, limit), items, &nitems);
+			peek_items(ctx, &lanes[i], i, Min(lanes[i].room, limit), &items, &nitems,
+					   &maxitems);
+	}
 	qsort(items, nitems, sizeof(PeekedItem), peeked_order_cmp);
 	ntaken = (int) Min(nitems, limit);
 	for (int k = 0; k < ntaken; k++)
