@@ -1362,17 +1362,29 @@ claim_items(ClaimContext *ctx, int64 limit, int stripe)
 	 * claimable item's place.  With the batch full they wait for the next
 	 * call or sweep.
 	 */
-	for (int i = 0; i < nlanes; i++)
 	{
-		int64		ask;
-		int			first = ctx->nids;
+		int			buried_before = ctx->nburied;
 
-		if (asks[i] > 0 || !lanes[i].head_buried)
-			continue;
-		ask = Min(Max(lanes[i].room, 0), limit - nclaimed);
-		if (ask > 0)
-			nclaimed += claim_round(ctx, ask, stripe, &lanes[i]);
-		flow_close_lane(ctx->qname, &lanes[i], ask, ctx->nids - first, ctx->ids + first);
+		for (int i = 0; i < nlanes; i++)
+		{
+			int64		ask;
+			int			first = ctx->nids;
+
+			if (asks[i] > 0 || !lanes[i].head_buried)
+				continue;
+			ask = Min(Max(lanes[i].room, 0), limit - nclaimed);
+			if (ask > 0)
+				nclaimed += claim_round(ctx, ask, stripe, &lanes[i]);
+			flow_close_lane(ctx->qname, &lanes[i], ask, ctx->nids - first, ctx->ids + first);
+		}
+
+		/*
+		 * A group head those lanes dead-lettered lets its group move on now:
+		 * a next member outside the limited keys is claimable by the rest in
+		 * this same call, as it is behind a head without a limit_key.
+		 */
+		if (ctx->nburied > buried_before && nclaimed < limit)
+			nclaimed += claim_round(ctx, limit - nclaimed, stripe, NULL);
 	}
 	if (ctx->held != NULL)
 	{
