@@ -82,29 +82,45 @@
  * has room.
  */
 #define LANE_CANDIDATES "1000"
+#define LANE_ITEMS \
+	"           FROM queue.item_live i " \
+	"          WHERE i.queue_name" OP("=") "$1 AND i.limit_key" OP("=") "r.limit_key " \
+	"            AND i.priority" OP(">=") FLOW_BAND " " \
+	"            AND i.visible_at" OP("<=") "pg_catalog.statement_timestamp() " \
+	"            AND (i.requires IS NULL OR i.requires" OP("<@") \
+	"                 (SELECT w.labels FROM queue.worker_registry w WHERE w.worker" OP("=") "$3)) "
+/*
+ * A key is placed by its first item the claim may hand out (g), not by
+ * items ahead of it that the claim dead-letters instead: keys whose first
+ * items are expired or spent never take the places of keys with an item
+ * to give.  Keys with only such items come last.
+ */
 #define LANES_SQL \
 	"WITH c AS (" \
-	"  SELECT r.limit_key, f.priority, f.visible_at, f.item_id, f.handed " \
+	"  SELECT r.limit_key, f.handed, g.priority, g.visible_at, g.item_id, " \
+	"         f.priority AS first_priority, f.visible_at AS first_visible_at, " \
+	"         f.item_id AS first_item_id " \
 	"    FROM (SELECT l.limit_key, l.ready_at FROM queue.flow_limit l " \
 	"           WHERE l.queue_name" OP("=") "$1 AND l.limit_key" OP("<>") "'' " \
 	"             AND l.ready_at" OP("<=") "pg_catalog.statement_timestamp() " \
 	"           ORDER BY l.ready_at) r " \
 	"   CROSS JOIN LATERAL (" \
 	"         SELECT i.priority, i.visible_at, i.item_id, " FLOW_HANDED_OUT_EXPR " AS handed " \
-	"           FROM queue.item_live i " \
-	"          WHERE i.queue_name" OP("=") "$1 AND i.limit_key" OP("=") "r.limit_key " \
-	"            AND i.priority" OP(">=") FLOW_BAND " " \
-	"            AND i.visible_at" OP("<=") "pg_catalog.statement_timestamp() " \
-	"            AND (i.requires IS NULL OR i.requires" OP("<@") \
-	"                 (SELECT w.labels FROM queue.worker_registry w WHERE w.worker" OP("=") "$3)) " \
+	LANE_ITEMS \
 	"          ORDER BY i.priority, i.visible_at, i.item_id LIMIT 1) f " \
+	"    LEFT JOIN LATERAL (" \
+	"         SELECT i.priority, i.visible_at, i.item_id " \
+	LANE_ITEMS \
+	FLOW_HANDED_OUT \
+	"          ORDER BY i.priority, i.visible_at, i.item_id LIMIT 1) g ON true " \
 	"   ORDER BY r.ready_at LIMIT " LANE_CANDIDATES ") " \
 	"SELECT l.limit_key, coalesce(l.max_in_flight, 0), coalesce(l.rate, 0), l.per, " \
 	"       NOT c.handed " \
 	"  FROM c JOIN queue.flow_limit l " \
 	"    ON l.queue_name" OP("=") "$1 AND l.limit_key" OP("=") "c.limit_key " \
 	" WHERE l.ready_at" OP("<=") "pg_catalog.statement_timestamp() " \
-	" ORDER BY c.priority, c.visible_at, c.item_id " \
+	" ORDER BY c.item_id IS NULL, c.priority, c.visible_at, c.item_id, " \
+	"          c.first_priority, c.first_visible_at, c.first_item_id " \
 	" LIMIT $2 FOR UPDATE OF l SKIP LOCKED"
 
 #define QUEUE_RATE_SQL \
