@@ -227,7 +227,8 @@ static SPIPlanPtr cancel_end_plan = NULL;
 #define EXTEND_SQL_WITH(session) \
 	"UPDATE queue.item_live " \
 	"   SET lease_expires_at = pg_catalog.statement_timestamp()" OP("+") "$4, " \
-	"       visible_at = pg_catalog.statement_timestamp()" OP("+") "$4 " \
+	"       visible_at = pg_catalog.statement_timestamp()" OP("+") "$4, " \
+	"       cap_stripe = coalesce($5, cap_stripe) " \
 	session \
 	" WHERE queue_name" OP("=") "$1 AND item_id" OP("=") "$2 " \
 	"   AND lease_token" OP("=") "$3 AND lease_token" OP(">") "0 " \
@@ -1145,8 +1146,9 @@ queue_extend_lease(PG_FUNCTION_ARGS)
 {
 	QueueConfig cfg;
 	char	   *queue_name;
-	Oid			argtypes[4] = {TEXTOID, INT8OID, INT8OID, INTERVALOID};
-	Datum		values[4];
+	Oid			argtypes[5] = {TEXTOID, INT8OID, INT8OID, INTERVALOID, INT2OID};
+	Datum		values[5];
+	char		nulls[6] = "    n";
 	Interval	by;
 	Datum		result = (Datum) 0;
 	bool		found;
@@ -1163,6 +1165,7 @@ queue_extend_lease(PG_FUNCTION_ARGS)
 	values[1] = PG_GETARG_DATUM(1);
 	values[2] = PG_GETARG_DATUM(2);
 	values[3] = IntervalPGetDatum(&by);
+	values[4] = (Datum) 0;		/* the cap's share charged, when it changes */
 	queue_spi_exec(queue_prepare_cached(&lease_lock_plan, LEASE_LOCK_SQL, 3, argtypes),
 				   values, NULL, false, 1, SPI_OK_SELECT, "locking item");
 	if (SPI_processed == 0)
@@ -1188,20 +1191,30 @@ queue_extend_lease(PG_FUNCTION_ARGS)
 
 		/*
 		 * Caps stay exact: reviving an expired lease nobody re-claimed is a
-		 * claim, refused (NULL) where the queue's or the worker's cap is full.
+		 * claim, refused (NULL) where the queue's or the worker's cap is full;
+		 * charged, like a claim, to a share of the queue's cap with room.
 		 */
-		if (!isnull && expires <= GetCurrentTimestamp() && !worker_null &&
-			!queue_cap_admits_revival(&cfg, values[0], worker, DatumGetInt64(values[1]),
-									  stripe_null ? -1 : stripe))
+		if (!isnull && expires <= GetCurrentTimestamp() && !worker_null)
 		{
-			queue_spi_finish();
-			PG_RETURN_NULL();
+			int			charge;
+
+			if (!queue_cap_admits_revival(&cfg, values[0], worker, DatumGetInt64(values[1]),
+										  stripe_null ? -1 : stripe, &charge))
+			{
+				queue_spi_finish();
+				PG_RETURN_NULL();
+			}
+			if (charge >= 0)
+			{
+				values[4] = Int16GetDatum((int16) charge);
+				nulls[4] = ' ';
+			}
 		}
 	}
 	queue_spi_exec(queue_schema_current() ?
-				   queue_prepare_cached(&extend_plan, EXTEND_SQL, 4, argtypes) :
-				   queue_prepare_cached(&extend_plan_v1, EXTEND_SQL_V1, 4, argtypes),
-				   values, NULL, false, 0, SPI_OK_UPDATE_RETURNING, "extending lease");
+				   queue_prepare_cached(&extend_plan, EXTEND_SQL, 5, argtypes) :
+				   queue_prepare_cached(&extend_plan_v1, EXTEND_SQL_V1, 5, argtypes),
+				   values, nulls, false, 0, SPI_OK_UPDATE_RETURNING, "extending lease");
 	found = (SPI_processed == 1);
 	if (found)
 	{

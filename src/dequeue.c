@@ -568,23 +568,46 @@ worker_allowance(Datum worker)
  *		worker row first, only ever tries item locks (SKIP LOCKED), so no
  *		cycle can form.
  *
+ *		Where the item's own stripe is full but the cap is not, the revival
+ *		is charged to another stripe with room, as a claim would be: *charge
+ *		is then that stripe (-1 otherwise), which the caller writes into the
+ *		item's cap_stripe with the new lease.  Those other stripes' locks are
+ *		only tried, never waited for (the caller may hold stripes already,
+ *		e.g. heartbeat reviving several leases), as dequeue tries them.
+ *
  * Per-key caps (queue.set_limit) are checked by the item's trigger
  * queue._flow_revival(), under the key's lock, when the lease is written.
  */
 bool
 queue_cap_admits_revival(const QueueConfig *cfg, Datum qname, Datum worker,
-						 int64 item_id, int stripe)
+						 int64 item_id, int stripe, int *charge)
 {
 	Oid			wt[1] = {TEXTOID};
 	bool		isnull;
 
+	*charge = -1;
 	if (cfg->max_in_flight > 0)
 	{
 		int			nstripes = Min(cfg->max_in_flight, CAP_STRIPES);
 		int			s = (int) ((stripe >= 0 ? (int64) stripe : item_id) % nstripes);
+		bool		fits;
 
 		(void) queue_lock_private(cfg->queue_name, QUEUE_LOCK_STRIPE(s), true);
-		if (stripe_room(qname, s, nstripes, cfg->max_in_flight) <= 0)
+		fits = stripe_room(qname, s, nstripes, cfg->max_in_flight) > 0;
+		for (int k = 1; !fits && k < nstripes; k++)
+		{
+			int			t = (s + k) % nstripes;
+
+			/* another dequeuer holds this stripe: try the next */
+			if (!queue_lock_private(cfg->queue_name, QUEUE_LOCK_STRIPE(t), false))
+				continue;
+			if (stripe_room(qname, t, nstripes, cfg->max_in_flight) > 0)
+			{
+				fits = true;
+				*charge = t;
+			}
+		}
+		if (!fits)
 			return false;
 	}
 	queue_spi_exec(queue_prepare_cached(&worker_wait_plan, WORKER_WAIT_SQL, 1, wt),

@@ -342,7 +342,7 @@ extern bool queue_lock_private(const char *queue_name, uint16 slot, bool wait);
 
 /* dequeue.c */
 extern bool queue_cap_admits_revival(const QueueConfig *cfg, Datum qname, Datum worker,
-									 int64 item_id, int stripe);
+									 int64 item_id, int stripe, int *charge);
 
 /* worker.c */
 extern int64 queue_session_key(void);
