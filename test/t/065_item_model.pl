@@ -28,8 +28,7 @@ use Time::HiRes qw(time);
 my $seed = $ENV{QUEUE_MODEL_SEED} // 20261203;
 my $nsteps = $ENV{QUEUE_MODEL_STEPS} // 1200;
 my $budget = $ENV{QUEUE_MODEL_SECONDS} // 50;
-srand($seed);
-diag("model seed $seed, $nsteps steps");
+note("model seed $seed, $nsteps steps");
 
 my $node = PostgreSQL::Test::Cluster->new('model');
 $node->init;
@@ -97,13 +96,19 @@ my %sess = (
 my ($out, $err) = run($sess{admin}, q{
 	SELECT queue.create_queue('mq', max_attempts => 3, backoff_base => '1 h', audit => 'all');
 	SELECT queue.create_queue('mw', max_attempts => 2, backoff_base => '1 h', audit => 'all',
-		dedup_window => '1 h')});
+		dedup_window => '1 h', max_in_flight => 3);
+	SELECT queue.set_limit('mq', 'L1', max_in_flight => 2);
+	SELECT queue.set_limit('mq', 'L2', max_in_flight => 1)});
 die "create_queue: $err" if $err;
 
 # ---------------------------------------------------------------- model
 
+# Seeded only now: starting the node draws random numbers (its port).
+srand($seed);
+
 my @queues = ('mq', 'mw');
-my %qconf = (mq => { max_attempts => 3, window => 0 }, mw => { max_attempts => 2, window => 1 });
+my %qconf = (mq => { max_attempts => 3, window => 0, limits => { L1 => 2, L2 => 1 } },
+	mw => { max_attempts => 2, window => 1, cap => 3, limits => {} });
 my %paused = (mq => 0, mw => 0);
 my %items;            # "q/id" -> item hash
 my %failed = (mq => 0, mw => 0);       # failed outcomes (stats failed_1h)
@@ -119,7 +124,7 @@ sub q_items { my ($q) = @_; return grep { $_->{q} eq $q } values %items; }
 
 # Live states of the model: queued, scheduled, on_hold, processing (with
 # a flag for a lease that has run out); final: processed, dead, purged.
-sub is_live { my ($it) = @_; return $it->{st} =~ /^(queued|scheduled|on_hold|processing)$/; }
+sub is_live { my ($it) = @_; return $it->{st} =~ /^(queued|scheduled|on_hold|processing|taking)$/; }
 sub expired { my ($it) = @_; return $it->{st} eq 'processing' && $it->{lease_out}; }
 
 # The live item holding a dedup key (or, with the queue's window, the
@@ -148,7 +153,7 @@ sub new_item
 		q => $q, id => $id, st => $a{sched} ? 'scheduled' : 'queued',
 		sched => $a{sched} ? 1 : 0, attempt => 0,
 		max => $a{max} // $qconf{$q}{max_attempts}, prio => $a{prio} // 2,
-		dk => $a{dk}, ctime => $T, progress => $a{progress} // {},
+		dk => $a{dk}, gk => $a{gk}, lk => $a{lk}, ctime => $T, progress => $a{progress} // {},
 		token => undef, lease_out => 0, counted => 0, cancel => 0,
 	};
 	$items{ key($q, $id) } = $it;
@@ -198,8 +203,40 @@ sub count_lost
 sub claimable
 {
 	my ($q) = @_;
+	my %head;
+	for my $it (q_items($q))
+	{
+		next unless defined $it->{gk} && is_live($it);
+		$head{ $it->{gk} } = $it->{id}
+		  if !defined $head{ $it->{gk} } || $it->{id} < $head{ $it->{gk} };
+	}
 	return sort { $a->{prio} <=> $b->{prio} || $a->{ctime} <=> $b->{ctime} || $a->{id} <=> $b->{id} }
-	  grep { $_->{st} eq 'queued' || expired($_) } q_items($q);
+	  grep {
+		($_->{st} eq 'queued' || expired($_))
+		  && (!defined $_->{gk} || $head{ $_->{gk} } == $_->{id})
+	  } q_items($q);
+}
+
+# Leases held now (not run out), of the queue or of one limit key.
+sub in_flight
+{
+	my ($q, $lk) = @_;
+	return scalar grep {
+		($_->{st} eq 'taking' || ($_->{st} eq 'processing' && !$_->{lease_out}))
+		  && (!defined $lk || (defined $_->{lk} && $_->{lk} eq $lk))
+	} q_items($q);
+}
+
+# Whether one more lease of this item fits the queue's and its key's caps.
+sub fits
+{
+	my ($it) = @_;
+	my $q = $it->{q};
+	return 0 if defined $qconf{$q}{cap} && in_flight($q) >= $qconf{$q}{cap};
+	my $lk = $it->{lk};
+	return 0 if defined $lk && defined $qconf{$q}{limits}{$lk}
+	  && in_flight($q, $lk) >= $qconf{$q}{limits}{$lk};
+	return 1;
 }
 
 # ------------------------------------------------------------ the calls
@@ -255,7 +292,10 @@ sub do_enqueue
 	my $sched = rand() < 0.2;
 	my $max = rand() < 0.2 ? 1 : undef;
 	my $past = rand() < 0.03;
+	my $gk = rand() < 0.35 ? 'g' . int(rand(3)) : undef;
+	my $lk = rand() < 0.5 ? pick('L1', 'L2', 'L3') : undef;
 	my $sql = "SELECT queue.enqueue('$q', '{}', priority => $prio, dedup_key => " . lit($dk)
+	  . ", group_key => " . lit($gk) . ", limit_key => " . lit($lk)
 	  . ($sched ? ", run_at => now() + interval '1 h'" : '')
 	  . (defined $max ? ", max_attempts => $max" : '')
 	  . ($past ? ", expires_at => now() - interval '1 s'" : '') . ')';
@@ -274,7 +314,7 @@ sub do_enqueue
 		return;
 	}
 	if (exists $items{ key($q, $got) }) { mismatch($sql, $got, 'a new id'); return; }
-	new_item($q, $got, dk => $dk, prio => $prio, sched => $sched, max => $max);
+	new_item($q, $got, dk => $dk, gk => $gk, lk => $lk, prio => $prio, sched => $sched, max => $max);
 }
 
 sub do_enqueue_batch
@@ -282,12 +322,20 @@ sub do_enqueue_batch
 	my ($q) = @_;
 	my $n = 1 + int(rand(4));
 	my @dk = map { rand() < 0.6 ? 'k' . int(rand(4)) : undef } 1 .. $n;
+	my @gk = map { rand() < 0.35 ? 'g' . int(rand(3)) : undef } 1 .. $n;
+	my @lk = map { rand() < 0.5 ? pick('L1', 'L2', 'L3') : undef } 1 .. $n;
+	my $limits = (grep { defined } @lk)
+	  ? 'ARRAY[' . join(', ', map { lit($_) } @lk) . ']::text[]'
+	  : 'NULL';
+	my $groups = (grep { defined } @gk)
+	  ? 'ARRAY[' . join(', ', map { lit($_) } @gk) . ']::text[]'
+	  : 'NULL';
 	my $prio = int(rand(3));
 	my $keys = (grep { defined } @dk)
 	  ? 'ARRAY[' . join(', ', map { lit($_) } @dk) . ']::text[]'
 	  : 'NULL';
 	my $sql = "SELECT string_agg(i::text, ' ') FROM queue.enqueue_batch('$q', "
-	  . "array_fill('{}'::jsonb, ARRAY[$n]), priority => $prio, dedup_keys => $keys) i";
+	  . "array_fill('{}'::jsonb, ARRAY[$n]), priority => $prio, dedup_keys => $keys, group_keys => $groups, limit_keys => $limits) i";
 	my ($got, $e) = run($sess{prod}, $sql);
 	push @trail, $sql;
 	if ($e) { mismatch($sql, "error $e", 'ids'); return; }
@@ -304,7 +352,7 @@ sub do_enqueue_batch
 			next;
 		}
 		if (exists $items{ key($q, $ids[$i]) }) { mismatch($sql, $got, "a new id at $i"); return; }
-		new_item($q, $ids[$i], dk => $dk, prio => $prio);
+		new_item($q, $ids[$i], dk => $dk, gk => $gk[$i], lk => $lk[$i], prio => $prio);
 	}
 }
 
@@ -323,15 +371,27 @@ sub do_dequeue
 	my @taken;
 	if (!$paused{$q})
 	{
-		for my $it (claimable($q))
+		# the first claimable item, again after each one taken or buried
+		# (a group whose head dies moves on within the same call)
+		my %skip;
+		while (@taken < $n)
 		{
-			last if @taken == $n;
-			if (expired($it))
+			last if defined $qconf{$q}{cap} && in_flight($q) >= $qconf{$q}{cap};
+			my ($it) = grep { !$skip{ $_->{id} } } claimable($q);
+			last unless $it;
+			if (!fits($it))
 			{
-				next if count_lost($it) eq 'dead';
+				$skip{ $it->{id} } = 1;
+				next;
+			}
+			if (expired($it) && count_lost($it) eq 'dead')
+			{
+				next;
 			}
 			push @taken, $it;
+			$it->{st} = 'taking';
 		}
+		$_->{st} = 'processing' for @taken;
 	}
 	my @rows = map { [ split /:/ ] } split / /, $got;
 	my $ok = @rows == @taken;
@@ -475,6 +535,7 @@ sub do_release
 		if ($it->{cancel})
 		{
 			# the cancelled lease ends as the cancelled dead letter
+			$want = 't';
 			bury($it, 'cancelled', undef);
 		}
 		else
@@ -503,10 +564,13 @@ sub do_extend
 	my ($got, $e) = run($sess{$w}, $sql);
 	push @trail, "[$w] $sql => $got";
 	my $want = 'f';
-	if (current($it, $tok) && !$it->{cancel})
+	if (current($it, $tok) && !$it->{cancel} && (!$it->{lease_out} || fits($it)))
 	{
 		$want = 't';
+		# a revived lease is a lease again: a lost lease counted before
+		# stays counted, and its end is an outcome of its own
 		$it->{lease_out} = 0;
+		$it->{counted} = 0;
 	}
 	expect_eq($sql, $e ? "error $e" : $got, $want);
 }
@@ -641,7 +705,7 @@ sub replay_one
 		return;
 	}
 	$it->{replayed_as} = $got;
-	new_item($q, $got, dk => $it->{dk}, prio => $it->{prio}, max => $it->{max},
+	new_item($q, $got, dk => $it->{dk}, gk => $it->{gk}, lk => $it->{lk}, prio => $it->{prio}, max => $it->{max},
 		progress => { %{ $it->{progress} } });
 }
 
@@ -851,23 +915,28 @@ for ($step = 1; $step <= $nsteps; $step++)
 	}
 }
 
+my %by;
+$by{ $_->{st} . ($_->{st} eq 'dead' ? "/$_->{reason}" : '') }++ for values %items;
+note("items by state: " . join(', ', map { "$_ $by{$_}" } sort keys %by));
+note("failed outcomes: $failed{mq} + $failed{mw}, completions $processed{mq} + $processed{mw}");
 if (defined $fail_msg)
 {
 	my $from = @trail > 25 ? @trail - 25 : 0;
 	diag("the last steps:\n" . join("\n", @trail[ $from .. $#trail ]));
 	fail("the product follows the model of an item's life");
 	diag($fail_msg);
-}
-my %by;
-$by{ $_->{st} . ($_->{st} eq 'dead' ? "/$_->{reason}" : '') }++ for values %items;
-diag("items by state: " . join(', ', map { "$_ $by{$_}" } sort keys %by));
-diag("failed outcomes: $failed{mq} + $failed{mw}, completions $processed{mq} + $processed{mw}");
-if (0)
-{
+	diag("the last events:\n" . $node->safe_psql('postgres',
+		"SELECT event_id, queue_name, item_id, kind, worker, attempt, details, at FROM queue.events ORDER BY event_id DESC LIMIT 14"));
+	diag("live items:\n" . $node->safe_psql('postgres',
+		"SELECT queue_name, item_id, state, priority, attempt, max_attempts, group_key, limit_key, waiting, lease_expires_at < now() AS out, run_at, enqueued_at FROM queue.items ORDER BY 1, 2"));
+	diag("model:\n" . join("\n", map { my $it = $_; join(' ', map { "$_=" . ($it->{$_} // '') } qw(q id st attempt prio gk lk ctime lease_out counted cancel)) } sort { $a->{q} cmp $b->{q} || $a->{id} <=> $b->{id} } grep { is_live($_) } values %items));
+	my @ids = $trail[-1] =~ /\('m[qw]', (\d+)/g;
+	diag("the events of items @ids:\n" . $node->safe_psql('postgres',
+		"SELECT event_id, queue_name, item_id, kind, worker, attempt, details, at FROM queue.events WHERE item_id IN (0, " . join(',', 0, @ids) . ") ORDER BY event_id")) if @ids;
 }
 else
 {
-	pass("the product follows the model of an item's life for $nsteps steps (seed $seed)");
+	pass("the product follows the model of an item's life for $step steps (seed $seed)");
 }
 
 $_->quit for values %sess;
