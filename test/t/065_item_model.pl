@@ -3,7 +3,8 @@
 # Model-based test of an item's life (SPEC section 1): a reference model
 # of the state machine in Perl (queued, scheduled, on hold, processing,
 # processed, dead letter with its reason; attempts, lease tokens, lost
-# leases, dedup keys, cancel requests, reviews and replays) is driven by a
+# leases, dedup keys, ordered groups, per-key and queue caps, expiry,
+# cancel requests, reviews and replays) is driven by a
 # seeded random sequence of calls made by login roles that are members of
 # the group roles, each call committed on its own, from several
 # connections interleaved.  After every step the call's return value, the
@@ -11,8 +12,12 @@
 # must be exactly what the model says; item() is compared every few steps.
 #
 # Time is kept out of the way: items are either claimable now or scheduled
-# an hour ahead, and a lease is either five minutes long or one
-# microsecond (so it has run out by the next statement).
+# an hour ahead, a lease is either five minutes long or one microsecond
+# (so it has run out by the next statement), and an item that expires
+# does so a microsecond after its enqueue.  Where the SPEC leaves the
+# product a choice (a dequeue "may" bury a spent lost lease or an expired
+# item it meets; sweep does at the latest), the model follows what the
+# product did.
 #
 # QUEUE_MODEL_SEED and QUEUE_MODEL_STEPS choose another sequence; the
 # seed is printed with any disagreement.
@@ -27,7 +32,7 @@ use Time::HiRes qw(time);
 
 my $seed = $ENV{QUEUE_MODEL_SEED} // 20261203;
 my $nsteps = $ENV{QUEUE_MODEL_STEPS} // 1200;
-my $budget = $ENV{QUEUE_MODEL_SECONDS} // 50;
+my $budget = $ENV{QUEUE_MODEL_SECONDS} // 40;
 note("model seed $seed, $nsteps steps");
 
 my $node = PostgreSQL::Test::Cluster->new('model');
@@ -135,7 +140,14 @@ sub key_holder
 	return undef unless defined $k;
 	for my $it (q_items($q))
 	{
-		return $it if is_live($it) && defined $it->{dk} && $it->{dk} eq $k;
+		next unless is_live($it) && defined $it->{dk} && $it->{dk} eq $k;
+		# an item past its expires_at holds no key: it becomes a dead letter
+		if ($it->{exp} && $it->{st} ne 'processing')
+		{
+			bury($it, 'expired', undef);
+			next;
+		}
+		return $it;
 	}
 	if ($qconf{$q}{window})
 	{
@@ -153,7 +165,7 @@ sub new_item
 		q => $q, id => $id, st => $a{sched} ? 'scheduled' : 'queued',
 		sched => $a{sched} ? 1 : 0, attempt => 0,
 		max => $a{max} // $qconf{$q}{max_attempts}, prio => $a{prio} // 2,
-		dk => $a{dk}, gk => $a{gk}, lk => $a{lk}, ctime => $T, progress => $a{progress} // {},
+		dk => $a{dk}, gk => $a{gk}, lk => $a{lk}, exp => $a{exp} ? 1 : 0, ctime => $T, progress => $a{progress} // {},
 		token => undef, lease_out => 0, counted => 0, cancel => 0,
 	};
 	$items{ key($q, $id) } = $it;
@@ -239,6 +251,30 @@ sub fits
 	return 1;
 }
 
+# Whether the item is one a claim that meets it buries instead.
+sub buryable
+{
+	my ($it) = @_;
+	return 1 if $it->{exp} && $it->{st} eq 'queued';
+	return expired($it) && ($it->{exp} || $it->{cancel} || $it->{attempt} >= $it->{max});
+}
+
+# The product may bury such an item whenever a claim
+# meets it (SPEC: a dequeue "may dead-letter it on the spot, and sweep
+# does so at the latest"): follow it where it did.
+sub reconcile
+{
+	my ($q, $rows) = @_;
+	my %dead = map { (split /,/)[0] => 1 } grep { /^\d+,dead,/ } split /;\n/, $rows // '';
+	for my $it (q_items($q))
+	{
+		next unless $dead{ $it->{id} } && buryable($it);
+		if (expired($it)) { count_lost($it); }
+		bury($it, 'expired', undef) if is_live($it);
+		push @trail, "(the product buried $q/$it->{id} on the way)";
+	}
+}
+
 # ------------------------------------------------------------ the calls
 
 my $fail_msg;
@@ -294,11 +330,14 @@ sub do_enqueue
 	my $past = rand() < 0.03;
 	my $gk = rand() < 0.35 ? 'g' . int(rand(3)) : undef;
 	my $lk = rand() < 0.5 ? pick('L1', 'L2', 'L3') : undef;
+	# an item that expires by the next statement
+	my $exp = !$past && !$sched && !defined $lk && rand() < 0.1;
 	my $sql = "SELECT queue.enqueue('$q', '{}', priority => $prio, dedup_key => " . lit($dk)
 	  . ", group_key => " . lit($gk) . ", limit_key => " . lit($lk)
 	  . ($sched ? ", run_at => now() + interval '1 h'" : '')
 	  . (defined $max ? ", max_attempts => $max" : '')
-	  . ($past ? ", expires_at => now() - interval '1 s'" : '') . ')';
+	  . ($past ? ", expires_at => now() - interval '1 s'" : '')
+	  . ($exp ? ", expires_at => statement_timestamp() + interval '1 microsecond'" : '') . ')';
 	my ($got, $e) = run($sess{prod}, $sql);
 	push @trail, $sql;
 	if ($past)
@@ -314,7 +353,8 @@ sub do_enqueue
 		return;
 	}
 	if (exists $items{ key($q, $got) }) { mismatch($sql, $got, 'a new id'); return; }
-	new_item($q, $got, dk => $dk, gk => $gk, lk => $lk, prio => $prio, sched => $sched, max => $max);
+	new_item($q, $got, dk => $dk, gk => $gk, lk => $lk, prio => $prio, sched => $sched, max => $max,
+		exp => $exp);
 }
 
 sub do_enqueue_batch
@@ -379,13 +419,23 @@ sub do_dequeue
 			last if defined $qconf{$q}{cap} && in_flight($q) >= $qconf{$q}{cap};
 			my ($it) = grep { !$skip{ $_->{id} } } claimable($q);
 			last unless $it;
-			if (!fits($it))
+			if (!fits($it) || (buryable($it) && %{ $qconf{$q}{limits} }))
 			{
+				# where keys are limited a claim shares the batch out
+				# between their lanes and the rest, looking only at
+				# claimable rows: what it would bury may wait for sweep
 				$skip{ $it->{id} } = 1;
 				next;
 			}
 			if (expired($it) && count_lost($it) eq 'dead')
 			{
+				next;
+			}
+			if ($it->{exp})
+			{
+				# never handed out: the claim that meets it buries it
+				count_lost($it) if expired($it);
+				bury($it, 'expired', undef) if is_live($it);
 				next;
 			}
 			push @taken, $it;
@@ -796,13 +846,19 @@ sub do_sweep
 	my @want;
 	for my $q (sort @queues)
 	{
-		my ($rec, $dead) = (0, 0);
+		my ($rec, $dead, $exp) = (0, 0, 0);
 		for my $it (sort { $a->{id} <=> $b->{id} } q_items($q))
 		{
+			if ($it->{exp} && $it->{st} =~ /^(queued|scheduled|on_hold)$/)
+			{
+				bury($it, 'expired', undef);
+				$exp++;
+				next;
+			}
 			next unless expired($it) && !($it->{counted} && !$it->{cancel});
 			if (count_lost($it) eq 'dead') { $dead++; } else { $rec++; }
 		}
-		push @want, "$q:$rec:$dead:0:0";
+		push @want, "$q:$rec:$dead:$exp:0";
 	}
 	expect_eq($sql, $e ? "error $e" : $got, join(' ', @want));
 }
@@ -843,7 +899,8 @@ sub model_stats
 	my %c = (queued => 0, scheduled => 0, processing => 0, on_hold => 0, dead => 0);
 	for my $it (q_items($q))
 	{
-		if (expired($it)) { $c{queued}++; }
+		if (expired($it)) { $c{queued}++ unless $it->{exp}; }
+		elsif ($it->{exp} && $it->{st} eq 'queued') { }
 		elsif (is_live($it)) { $c{ $it->{st} }++; }
 		elsif ($it->{st} eq 'dead' && $it->{review} =~ /^(new|in_review)$/) { $c{dead}++; }
 	}
@@ -866,6 +923,7 @@ sub check
 	  UNION ALL
 	  SELECT item_id, concat_ws(',', item_id, 'processed', attempts, coalesce(dedup_key, '-'))
 	    FROM queue.history WHERE queue_name = '$q') s});
+	reconcile($q, $rows);
 	expect_eq("rows of queue $q", $rows, model_rows($q));
 	my ($st) = run($sess{read},
 		"SELECT concat_ws(',', queued, scheduled, processing, on_hold, dead, processed_1h, failed_1h) FROM queue.stats('$q')"
