@@ -409,6 +409,16 @@ sub do_dequeue
 	if ($e) { mismatch($sql, "error $e", 'rows'); return; }
 	my @want;
 	my @taken;
+	# which of the items a claim may bury it did bury (read back)
+	my @may = grep { buryable($_) } q_items($q);
+	my %buried;
+	if (@may)
+	{
+		my ($ids) = run($sess{read},
+			"SELECT string_agg(item_id::text, ' ') FROM queue.dead_letters WHERE queue_name = '$q' AND item_id IN ("
+			  . join(',', map { $_->{id} } @may) . ')');
+		%buried = map { $_ => 1 } split / /, $ids;
+	}
 	if (!$paused{$q})
 	{
 		# the first claimable item, again after each one taken or buried
@@ -419,11 +429,11 @@ sub do_dequeue
 			last if defined $qconf{$q}{cap} && in_flight($q) >= $qconf{$q}{cap};
 			my ($it) = grep { !$skip{ $_->{id} } } claimable($q);
 			last unless $it;
-			if (!fits($it) || (buryable($it) && %{ $qconf{$q}{limits} }))
+			if (!fits($it) || (buryable($it) && !$buried{ $it->{id} }))
 			{
-				# where keys are limited a claim shares the batch out
-				# between their lanes and the rest, looking only at
-				# claimable rows: what it would bury may wait for sweep
+				# a claim may leave what it would bury to sweep (where
+				# keys are limited, a claim shares the batch out between
+				# their lanes and the rest, looking only at claimable rows)
 				$skip{ $it->{id} } = 1;
 				next;
 			}
@@ -442,6 +452,9 @@ sub do_dequeue
 			$it->{st} = 'taking';
 		}
 		$_->{st} = 'processing' for @taken;
+		# the batch comes back in claim order (a member a buried head
+		# let in may sort before items the claim took earlier)
+		@taken = sort { $a->{prio} <=> $b->{prio} || $a->{ctime} <=> $b->{ctime} || $a->{id} <=> $b->{id} } @taken;
 	}
 	my @rows = map { [ split /:/ ] } split / /, $got;
 	my $ok = @rows == @taken;
