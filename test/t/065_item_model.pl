@@ -946,10 +946,12 @@ sub check
 	my @its = sort { $a->{id} <=> $b->{id} } q_items($q);
 	my $ids = join(',', 0, map { $_->{id} } @its);
 	my ($got) = run($sess{read},
-		"SELECT string_agg(i || ':' || coalesce((SELECT state FROM queue.item('$q', i)), 'none'), ' ' ORDER BY i) FROM unnest(ARRAY[$ids]::bigint[]) i"
+		"SELECT string_agg(i || ':' || coalesce((SELECT concat_ws(':', state, attempt, reason) FROM queue.item('$q', i)), 'none'), ' ' ORDER BY i) FROM unnest(ARRAY[$ids]::bigint[]) i"
 	);
 	my $want = join(' ', '0:none', map {
-		my $s = $_->{st} eq 'purged' ? 'none' : expired($_) ? 'queued' : $_->{st};
+		my $s = $_->{st} eq 'purged' ? 'none'
+		  : join(':', expired($_) ? 'queued' : $_->{st}, $_->{attempt},
+			$_->{st} eq 'dead' ? $_->{reason} : ());
 		"$_->{id}:$s"
 	} @its);
 	expect_eq("item() of queue $q", $got, $want);
