@@ -68,8 +68,11 @@ sub violation
 sub session
 {
 	my ($role) = @_;
-	return $node->background_psql('postgres', on_error_stop => 0,
+	my $s = $node->background_psql('postgres', on_error_stop => 0,
 		extra_params => [ '-U', $role, '-v', 'VERBOSITY=verbose' ]);
+	# Each call has its own time limit, however long the run.
+	$s->set_query_timer_restart;
+	return $s;
 }
 
 # Runs one statement (its own transaction); returns (rows, sqlstate).
@@ -116,6 +119,7 @@ $node->safe_psql('postgres', q{
 my %item;        # "q/id" -> { g => group, k => limit key, req => 1 if gpu }
 my %latest;      # "q/id" -> latest token handed out
 my %lease;       # "q/token" -> { id, bot, exp (epoch), ended }
+my %active;      # the "q/token" keys of leases that may still be current
 my %purged = map { $_ => 0 } @queues;
 my %completed_by;    # bot -> completions acknowledged
 my @log_claims;
@@ -136,7 +140,7 @@ sub start_bot
 		"SELECT queue.register_worker('$b->{name}', labels => $b->{labels}, restart => true)");
 	violation('register', "$b->{name}: $e") if $e;
 	# Every lease this name held before ends now.
-	for my $t (keys %lease)
+	for my $t (keys %active)
 	{
 		$lease{$t}{ended} = 'restart' if $lease{$t}{bot} eq $b->{name} && !$lease{$t}{ended};
 	}
@@ -221,9 +225,10 @@ sub claim_checks
 	}
 	violation('routing', "$b->{name} got $k which requires gpu")
 	  if $it->{req} && $b->{labels} eq 'NULL';
-	for my $t (keys %lease)
+	for my $t (keys %active)
 	{
 		my $l = $lease{$t};
+		delete $active{$t} if $l->{ended} || $l->{exp} < $now - 5;
 		next if $l->{ended} || $l->{exp} <= $now || $l->{q} ne $q;
 		violation('two_holders', "$k claimed by $b->{name} while $l->{bot} held it until $l->{exp} (claim at $now)")
 		  if $l->{id} == $id;
@@ -237,7 +242,7 @@ sub claim_checks
 			my $l = $lease{$_};
 			!$l->{ended} && $l->{exp} > $now && $l->{q} eq $q && $l->{id} != $id
 			  && defined $item{"$q/$l->{id}"}{k}
-		} keys %lease;
+		} keys %active;
 		violation('cap', "$held items of key erp held at once") if $held > 2;
 	}
 	# Attempts: one more per claim, except after a release in time.
@@ -255,6 +260,7 @@ sub claim_checks
 	$latest{$k} = $token;
 	$lease{"$q/$token"} = { q => $q, id => $id, bot => $b->{name}, exp => $exp, ended => '',
 		attempt => $attempt // 0 };
+	$active{"$q/$token"} = 1;
 }
 
 # Checks a successful call with a token: it must be the item's latest one,
@@ -340,6 +346,7 @@ sub bot_step
 		{
 			fenced($b, 'extend_lease', $q, $id, $token);
 			$l->{exp} = v($r) if v($r) > $l->{exp};
+			$active{"$q/$token"} = 1;
 		}
 	}
 	elsif ($roll < 0.84)
@@ -354,7 +361,11 @@ sub bot_step
 			my $lt = $latest{"$row->[0]/$row->[1]"};
 			next unless defined $lt;
 			my $ll = $lease{"$row->[0]/$lt"};
-			$ll->{exp} = $row->[2] if $ll && $ll->{bot} eq $b->{name} && $row->[2] > $ll->{exp};
+			if ($ll && $ll->{bot} eq $b->{name} && $row->[2] > $ll->{exp})
+			{
+				$ll->{exp} = $row->[2];
+				$active{"$row->[0]/$lt"} = 1;
+			}
 		}
 	}
 	elsif ($roll < 0.87)
@@ -440,6 +451,17 @@ sub check_places
 		my $missing = $known - (keys(%where) - @unknown);
 		violation('lost', "$label: $q: $missing items in no place, purge removed $purged{$q}")
 		  if $missing != $purged{$q};
+		# stats() counts every live item in one of its four states, and
+		# the dead letters still to review.
+		my ($st) = admin_rows(qq{
+			SELECT s.queued + s.scheduled + s.processing + s.on_hold, s.on_hold, s.dead,
+			       (SELECT count(*) FROM queue.items i WHERE i.queue_name = '$q'),
+			       (SELECT count(*) FROM queue.items i WHERE i.queue_name = '$q' AND state = 'on_hold'),
+			       (SELECT count(*) FROM queue.dead_letters d WHERE d.queue_name = '$q'
+			           AND review_status IN ('new', 'in_review'))
+			  FROM queue.stats('$q') s});
+		violation('stats', "$label: $q: stats (live, on hold, dead) = ($st->[0], $st->[1], $st->[2]), items and dead letters say ($st->[3], $st->[4], $st->[5])")
+		  if $st->[0] != $st->[3] || $st->[1] != $st->[4] || $st->[2] != $st->[5];
 	}
 }
 
@@ -586,6 +608,13 @@ for my $q (@queues)
 is(admin_val('SELECT count(*) FROM (SELECT 1 FROM queue.alerts WHERE cleared_at IS NULL GROUP BY queue_name, kind HAVING count(*) > 1) x'),
 	0, 'at most one open alert per queue and kind');
 
+# The audit trail (audit => 'all') against the bots' ledger: one claimed
+# event per claim, one completed event per completion.
+is(admin_val("SELECT count(*) FROM queue.events WHERE kind = 'claimed'"), scalar(keys %lease),
+	'one claimed event per claim the bots were handed');
+is(admin_val("SELECT count(*) FROM queue.events WHERE kind = 'completed'"),
+	admin_val('SELECT count(*) FROM queue.history'), 'one completed event per completion');
+
 # Workers' counts against the bots' ledger.
 my %wc = map { $_->[0] => $_->[1] } admin_rows('SELECT worker, completed_24h FROM queue.workers');
 is($wc{ $_->{name} } // 0, $completed_by{ $_->{name} } // 0,
@@ -597,11 +626,11 @@ is(admin_val('SELECT count(*) FROM queue.history'),
 ok(keys(%item) > 100, 'the producers enqueued items (' . scalar(keys %item) . ')');
 is($failures{$_} // 0, 0, "no violation: $_" . ($example{$_} ? " (e.g. $example{$_})" : ''))
   for qw(two_places lost unknown_item two_holders group cap routing fencing fencing_restart
-  attempt max_attempts events batch_len batch_dedup register sql_error);
+  attempt max_attempts stats events batch_len batch_dedup register sql_error);
 for my $k (sort keys %failures)
 {
 	next if grep { $_ eq $k } qw(two_places lost unknown_item two_holders group cap routing fencing
-	  fencing_restart attempt max_attempts events batch_len batch_dedup register sql_error);
+	  fencing_restart attempt max_attempts stats events batch_len batch_dedup register sql_error);
 	fail("violation $k: $example{$k}");
 }
 
