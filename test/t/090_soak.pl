@@ -96,13 +96,16 @@ sub call
 # The first column of the first row, '' for NULL or no row.
 sub v { my ($r) = @_; return @$r ? $r->[0][0] // '' : ''; }
 
+# A query through the operator's session (queue_admin reads every queue).
+my $op;
 sub admin_rows
 {
 	my ($sql) = @_;
-	return map { [ split /\|/, $_, -1 ] } grep { $_ ne '' } split /\n/,
-	  $node->safe_psql('postgres', $sql);
+	my ($r, $e) = call($op, $sql);
+	die "operator query failed ($e): $sql" if $e;
+	return @$r;
 }
-sub admin_val { return $node->safe_psql('postgres', $_[0]); }
+sub admin_val { my @r = admin_rows($_[0]); return @r ? $r[0][0] // '' : ''; }
 
 $node->safe_psql('postgres', q{
 	SELECT queue.create_queue('soak', lease_timeout => '2 s', max_attempts => 3,
@@ -110,7 +113,8 @@ $node->safe_psql('postgres', q{
 		backoff_jitter => 0, audit => 'all');
 	SELECT queue.create_queue('soak_b', lease_timeout => '2 s', max_attempts => 4,
 		backoff_base => '0.1 s', backoff_max => '0.5 s', audit => 'all',
-		dedup_window => '1 hour');
+		dedup_window => '1 hour', breaker_threshold => 0.3, breaker_window => '10 s',
+		breaker_min_samples => 8, breaker_cooldown => '1 s');
 	SELECT queue.set_limit('soak', 'erp', max_in_flight => 2);
 	SELECT queue.snapshot_metrics();
 });
@@ -122,6 +126,7 @@ my %lease;       # "q/token" -> { id, bot, exp (epoch), ended }
 my %active;      # the "q/token" keys of leases that may still be current
 my %purged = map { $_ => 0 } @queues;
 my %completed_by;    # bot -> completions acknowledged
+my %op_paused;       # queue -> 1 while the operator has it paused
 my @log_claims;
 
 my @bots = map {
@@ -156,7 +161,7 @@ sub start_bot
 }
 
 my @producers = map { { s => session('soak_producer') } } 1 .. 2;
-my $op = session('soak_admin');
+$op = session('soak_admin');
 start_bot($_) for @bots;
 
 my $dedup_n = 0;
@@ -285,6 +290,8 @@ sub bot_step
 		return $e if $e;
 		return '' unless @$r;
 		my ($id, $token, $exp, $attempt) = @{ $r->[0] };
+		violation('paused', "$b->{name} got $q/$id while the operator had $q paused")
+		  if $op_paused{$q};
 		claim_checks($b, $q, $id, $token, $exp, $attempt);
 		$b->{held} = { q => $q, id => $id, token => $token };
 		return '';
@@ -387,10 +394,12 @@ sub operator_step
 	if ($roll < 0.10)
 	{
 		($r, $e) = call($op, "SELECT queue.pause('$q', 'soak')");
+		$op_paused{$q} = 1 unless $e;
 	}
 	elsif ($roll < 0.25)
 	{
 		($r, $e) = call($op, "SELECT queue.resume('$q')");
+		$op_paused{$q} = 0 unless $e;
 	}
 	elsif ($roll < 0.40)
 	{
@@ -491,13 +500,15 @@ while (time() - $started < $seconds)
 	$lost_calls{$e}++ if $e;
 	violation('sql_error', "unexpected SQLSTATE $e") if $e && $e ne 'lost';
 
-	if (time() - $last_tick >= 1)
+	# The timer: sweep, metrics, schedules, and a checkpoint, 2 s after
+	# the previous one ended.
+	if (time() - $last_tick >= 2)
 	{
-		$last_tick = time();
 		call($op, 'SELECT count(*) FROM queue.sweep()');
 		call($op, 'SELECT queue.snapshot_metrics()');
 		call($op, 'SELECT queue.run_schedules()');
 		check_places("after $steps steps");
+		$last_tick = time();
 	}
 
 	# The postmaster dies mid-load, half way through.
@@ -592,7 +603,7 @@ for my $q (@queues)
 		"SELECT coalesce(sum(processed), 0), coalesce(sum(failed), 0) FROM queue.metrics_history WHERE queue_name = '$q'"))[0] };
 	is($mp, $hist, "$q: metrics_history's processed add up to the history");
 	is($mf, $f1h, "$q: metrics_history's failed add up to failed_1h");
-	my $prom = admin_val('SELECT queue.prometheus()');
+	my $prom = $node->safe_psql('postgres', 'SELECT queue.prometheus()');
 	my ($pp) = $prom =~ /^queue_processed_total\{queue="$q"\}\s+(\d+)/m;
 	my ($pf) = $prom =~ /^queue_failed_total\{queue="$q"\}\s+(\d+)/m;
 	my $pd = 0;
@@ -626,11 +637,11 @@ is(admin_val('SELECT count(*) FROM queue.history'),
 ok(keys(%item) > 100, 'the producers enqueued items (' . scalar(keys %item) . ')');
 is($failures{$_} // 0, 0, "no violation: $_" . ($example{$_} ? " (e.g. $example{$_})" : ''))
   for qw(two_places lost unknown_item two_holders group cap routing fencing fencing_restart
-  attempt max_attempts stats events batch_len batch_dedup register sql_error);
+  attempt max_attempts stats paused events batch_len batch_dedup register sql_error);
 for my $k (sort keys %failures)
 {
 	next if grep { $_ eq $k } qw(two_places lost unknown_item two_holders group cap routing fencing
-	  fencing_restart attempt max_attempts stats events batch_len batch_dedup register sql_error);
+	  fencing_restart attempt max_attempts stats paused events batch_len batch_dedup register sql_error);
 	fail("violation $k: $example{$k}");
 }
 
