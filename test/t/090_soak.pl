@@ -516,6 +516,21 @@ while (time() - $started < $seconds)
 	{
 		$crashed = 1;
 		note "killing the postmaster after $steps steps";
+		# Calls in flight when it dies: each producer's enqueue and each
+		# bot's complete of what it holds; whether they committed is
+		# looked up after the restart.
+		for my $i (0 .. $#producers)
+		{
+			$producers[$i]{s}{stdin} .= "SELECT queue.enqueue('soak', '{\"inflight\": $i}');\n";
+			$producers[$i]{s}{run}->pump_nb;
+		}
+		for my $b (grep { $_->{held} } @bots)
+		{
+			my $h = $b->{held};
+			$b->{s}{stdin} .= "SELECT queue.complete('$h->{q}', $h->{id}, $h->{token});\n";
+			$b->{s}{run}->pump_nb;
+		}
+		usleep(int(rand(30_000)));
 		my $pm_pid = (split /\n/, slurp_file($node->data_dir . '/postmaster.pid'))[0];
 		my @children = child_pids($pm_pid);
 		$node->kill9;
@@ -533,6 +548,26 @@ while (time() - $started < $seconds)
 		usleep(500_000);
 		$node->start;
 		$op = session('soak_admin');
+		for my $row (admin_rows(q{
+			SELECT item_id FROM queue.items WHERE queue_name = 'soak' AND payload ? 'inflight'
+			UNION ALL SELECT item_id FROM queue.history WHERE queue_name = 'soak' AND payload ? 'inflight'
+			UNION ALL SELECT item_id FROM queue.dead_letters WHERE queue_name = 'soak' AND payload ? 'inflight'}))
+		{
+			note "the in-flight enqueue of soak/$row->[0] committed";
+			$item{"soak/$row->[0]"} //= { g => undef, k => undef, req => 0 };
+		}
+		for my $b (grep { $_->{held} } @bots)
+		{
+			my $h = $b->{held};
+			my ($st) = admin_rows("SELECT state, worker FROM queue.item('$h->{q}', $h->{id})");
+			next unless $st && $st->[0] eq 'processed';
+			note "the in-flight complete of $h->{q}/$h->{id} by $b->{name} committed";
+			violation('fencing', "$h->{q}/$h->{id} processed by $st->[1], not $b->{name}")
+			  if $st->[1] ne $b->{name};
+			$completed_by{ $b->{name} }++;
+			$lease{"$h->{q}/$h->{token}"}{ended} = 'complete';
+			$b->{held} = undef;
+		}
 		$_->{s} = session('soak_producer') for @producers;
 		start_bot($_) for @bots;
 		check_places('after the postmaster restart');
