@@ -186,6 +186,20 @@ sub bury
 	$it->{token} = undef;
 }
 
+# A lease that ends with the item back in line (a transient failure, a
+# release): its token stops working; with $later it waits an hour.
+sub back_in_line
+{
+	my ($it, $later) = @_;
+	push @stale, $it->{token};
+	$it->{token} = undef;
+	$it->{st} = $later ? 'scheduled' : 'queued';
+	$it->{sched} = $later ? 1 : 0;
+	$it->{ctime} = $T;
+	$it->{lease_out} = 0;
+	$it->{counted} = 0;
+}
+
 # A lease that ran out is counted as a lost attempt by whoever meets it
 # first: a spent one (or one whose cancel was requested) becomes a dead
 # letter, another stays claimable.  Returns 'dead' or 'counted'.
@@ -566,15 +580,8 @@ sub do_fail
 			else
 			{
 				$want = 'retrying';
-				push @stale, $it->{token};
-				$it->{token} = undef;
 				$it->{code} = $code;
-				my $later = !defined $retry || $retry eq '1 h';
-				$it->{st} = $later ? 'scheduled' : 'queued';
-				$it->{sched} = $later ? 1 : 0;
-				$it->{ctime} = $T;
-				$it->{lease_out} = 0;
-				$it->{counted} = 0;
+				back_in_line($it, !defined $retry || $retry eq '1 h');
 			}
 		}
 	}
@@ -605,13 +612,7 @@ sub do_release
 		{
 			$want = 't';
 			$it->{attempt}-- unless $it->{counted};
-			push @stale, $it->{token};
-			$it->{token} = undef;
-			$it->{st} = $later ? 'scheduled' : 'queued';
-			$it->{sched} = $later ? 1 : 0;
-			$it->{ctime} = $T;
-			$it->{lease_out} = 0;
-			$it->{counted} = 0;
+			back_in_line($it, $later);
 		}
 	}
 	expect_eq($sql, $e ? "error $e" : $got, $want);
