@@ -39,6 +39,7 @@
 
 #include <math.h>
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "common/pg_prng.h"
 #include "fmgr.h"
@@ -406,6 +407,7 @@ queue_complete(PG_FUNCTION_ARGS)
 				queue_spi_finish();
 				PG_RETURN_BOOL(false);
 			case QUEUE_DIRECT_STATEMENT:
+			case QUEUE_DIRECT_BUSY: /* (a completer that waits) */
 				break;
 		}
 	}
@@ -488,6 +490,114 @@ pending_pair_cmp(const void *a, const void *b)
 	return (x->pos > y->pos) - (x->pos < y->pos);
 }
 
+/* Rounds of taking a batch's items all at once (see complete_batch_by_tid). */
+#define ALL_AT_ONCE_ROUNDS 10
+
+/*
+ * complete_direct_round
+ *		One round of complete_batch's direct completions, of the pairs
+ *		pending[0 .. *npending - 1] (positions in the arrays): the rows
+ *		completed are appended to rows, the pairs the statement must do are
+ *		left in pending and *npending.  With nowait, returns true as soon as
+ *		another transaction holds one of the items (*busy: its version);
+ *		what the round did is then to be rolled back.  With the direct path
+ *		unusable everything is left to the statement.
+ */
+static bool
+complete_direct_round(Datum *values, char *nulls, Datum *id_elems, Datum *tok_elems,
+					  bool nowait, int *pending, int *npending, HeapTuple *rows,
+					  int *nrows, TupleDesc desc, ItemPointer busy)
+{
+	QueueCompleter *c = queue_completer_begin(nowait);
+	int			nleft = 0;
+
+	if (c == NULL)
+		return false;
+	for (int p = 0; p < *npending; p++)
+	{
+		int			i = pending[p];
+		QueueCompleted done;
+		Datum		rv[5];
+		bool		rn[5] = {false, false, false, false, false};
+
+		CHECK_FOR_INTERRUPTS();
+		switch (queue_completer_one(c, values[0], DatumGetInt64(id_elems[i]),
+									DatumGetInt64(tok_elems[i]), values[3],
+									nulls[3] == 'n', &done))
+		{
+			case QUEUE_DIRECT_DONE:
+				rv[0] = id_elems[i];
+				rv[1] = done.key;
+				rn[1] = done.key_null;
+				rv[2] = Int32GetDatum(done.attempts);
+				rv[3] = done.worker ? CStringGetTextDatum(done.worker) : (Datum) 0;
+				rn[3] = done.worker == NULL;
+				rv[4] = BoolGetDatum(done.cancel_requested);
+				rows[(*nrows)++] = heap_form_tuple(desc, rv, rn);
+				break;
+			case QUEUE_DIRECT_STATEMENT:
+				pending[nleft++] = i;
+				break;
+			case QUEUE_DIRECT_NONE:
+				break;
+			case QUEUE_DIRECT_BUSY:
+				*busy = done.busy;
+				queue_completer_end(c);
+				return true;
+		}
+	}
+	queue_completer_end(c);
+	*npending = nleft;
+	return false;
+}
+
+/*
+ * complete_direct_round_at_once
+ *		complete_direct_round, with at_once in a subtransaction that is
+ *		rolled back when an item is busy (returns true, *busy its version),
+ *		kept otherwise.
+ */
+static bool
+complete_direct_round_at_once(Datum *values, char *nulls, Datum *id_elems, Datum *tok_elems,
+							  bool at_once, int *pending, int *npending, HeapTuple *rows,
+							  int *nrows, TupleDesc desc, ItemPointer busy)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	bool		is_busy;
+
+	if (!at_once)
+		return complete_direct_round(values, nulls, id_elems, tok_elems, false,
+									 pending, npending, rows, nrows, desc, busy);
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcontext);
+	PG_TRY();
+	{
+		is_busy = complete_direct_round(values, nulls, id_elems, tok_elems, true,
+										pending, npending, rows, nrows, desc, busy);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcontext);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
+	if (is_busy)
+		RollbackAndReleaseCurrentSubTransaction();
+	else
+		ReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(oldcontext);
+	CurrentResourceOwner = oldowner;
+	return is_busy;
+}
+
 /*
  * complete_batch_by_tid
  *		complete_batch on a plain server: the items of (ids, toks) pairs
@@ -547,48 +657,39 @@ complete_batch_by_tid(Datum *values, char *nulls, ArrayType *ids, ArrayType *tok
 		pfree(pairs);
 	}
 
-	/* directly where possible (complete_direct.c); the rest by statement */
+	/*
+	 * Directly where possible (complete_direct.c), the rest by statement.
+	 * A batch of several items takes them all at once: it never waits for
+	 * one while it holds another, since a producer's enqueue_batch locks the
+	 * holders of its keys in key order, not in item id order.  When another
+	 * transaction holds one, all are let go again (the round's
+	 * subtransaction is rolled back), that one is waited for alone, and it
+	 * starts over; after ALL_AT_ONCE_ROUNDS rounds it waits for each in
+	 * item id order.
+	 */
 	if (npending > 0)
 	{
-		QueueCompleter *c = queue_completer_begin();
+		int		   *order = palloc(sizeof(int) * npending);
 
-		if (c != NULL)
+		memcpy(order, pending, sizeof(int) * npending);
+		desc = completed_row_desc();
+		for (int round = 0;; round++)
 		{
-			int			nleft = 0;
+			ItemPointerData busy;
+			int			nleft = npending;
 
-			desc = completed_row_desc();
-			for (int p = 0; p < npending; p++)
+			nrows = 0;
+			memcpy(pending, order, sizeof(int) * npending);
+			if (!complete_direct_round_at_once(values, nulls, id_elems, tok_elems,
+											   npending > 1 && round < ALL_AT_ONCE_ROUNDS,
+											   pending, &nleft, rows, &nrows, desc, &busy))
 			{
-				int			i = pending[p];
-				QueueCompleted done;
-				Datum		rv[5];
-				bool		rn[5] = {false, false, false, false, false};
-
-				CHECK_FOR_INTERRUPTS();
-				switch (queue_completer_one(c, values[0], DatumGetInt64(id_elems[i]),
-											DatumGetInt64(tok_elems[i]), values[3],
-											nulls[3] == 'n', &done))
-				{
-					case QUEUE_DIRECT_DONE:
-						rv[0] = id_elems[i];
-						rv[1] = done.key;
-						rn[1] = done.key_null;
-						rv[2] = Int32GetDatum(done.attempts);
-						rv[3] = done.worker ? CStringGetTextDatum(done.worker) : (Datum) 0;
-						rn[3] = done.worker == NULL;
-						rv[4] = BoolGetDatum(done.cancel_requested);
-						rows[nrows++] = heap_form_tuple(desc, rv, rn);
-						break;
-					case QUEUE_DIRECT_STATEMENT:
-						pending[nleft++] = i;
-						break;
-					case QUEUE_DIRECT_NONE:
-						break;
-				}
+				npending = nleft;
+				break;
 			}
-			queue_completer_end(c);
-			npending = nleft;
+			queue_completer_wait(&busy);
 		}
+		pfree(order);
 	}
 
 	for (int tries = 0; npending > 0; tries++)

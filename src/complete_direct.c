@@ -19,6 +19,13 @@
  *	  constraint is then checked because a partition may have been
  *	  attached meanwhile) and inserted with its index entries.
  *
+ * complete_batch takes its items all at once (nowait): a completer begun
+ * with nowait never waits for a version another transaction holds, it
+ * reports the item busy instead, so that the caller can let everything go
+ * (its subtransaction rolled back) and wait for that item alone
+ * (queue_completer_wait); the items it leaves to the statement it locks
+ * meanwhile, so that the statement does not wait either.
+ *
  * Where a shortcut would skip work a statement does, the statement runs
  * instead (QUEUE_DIRECT_STATEMENT, decided before anything is written):
  * an item whose deletion fires the flow-control trigger (a group head, a
@@ -227,6 +234,7 @@ struct QueueCompleter
 	Relation	part;			/* the history partition of now */
 	bool		is_default;		/* it is the DEFAULT partition */
 	bool		part_checked;	/* its constraint was checked (see below) */
+	bool		nowait;			/* report busy items, never wait for them */
 	TupleDesc	pdesc;
 	AttrNumber	done_attnum[NUM_DONE_COLS];
 	Snapshot	snapshot;
@@ -242,10 +250,11 @@ struct QueueCompleter
  * queue_completer_begin
  *		Open item_live and the history partition of the completion time;
  *		NULL when the statement must do them (see the header).  Every
- *		lookup of the completer runs on one snapshot.
+ *		lookup of the completer runs on one snapshot.  With nowait, items
+ *		another transaction holds are reported busy (see the header).
  */
 QueueCompleter *
-queue_completer_begin(void)
+queue_completer_begin(bool nowait)
 {
 	QueueCompleter *c;
 	Relation	live;
@@ -296,6 +305,7 @@ queue_completer_begin(void)
 	c->done_parent = done_parent;
 	c->part = part;
 	c->is_default = is_default;
+	c->nowait = nowait;
 	c->pdesc = pdesc;
 	c->now = now;
 	if (part_relid != partoid)
@@ -387,6 +397,7 @@ queue_completer_one(QueueCompleter *c, Datum qname, int64 item_id, int64 token,
 {
 	TupleTableSlot *cur = c->slot;
 	LiveMatch	match = LIVE_OTHER;
+	bool		locked = false; /* cur is a version this transaction locked */
 
 	/* find the item through the primary key */
 	queue_item_pkey_rescan(c->scan, qname, item_id);
@@ -397,6 +408,26 @@ queue_completer_one(QueueCompleter *c, Datum qname, int64 item_id, int64 token,
 			break;
 	}
 
+	/* nowait: an item the statement is to delete is taken now */
+	if (match == LIVE_STATEMENT && c->nowait)
+	{
+		TM_FailureData tmfd;
+		TM_Result	r;
+		ItemPointerData tid = cur->tts_tid;
+
+		r = table_tuple_lock(c->live, &tid, c->snapshot, c->locked, c->cid, LockTupleExclusive,
+							 LockWaitSkip, TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
+		if (r == TM_WouldBlock)
+		{
+			out->busy = tid;
+			return QUEUE_DIRECT_BUSY;
+		}
+		if (r == TM_Deleted ||
+			(r == TM_Ok && match_item(c->locked, qname, item_id, token) == LIVE_OTHER))
+			return QUEUE_DIRECT_NONE;
+		return QUEUE_DIRECT_STATEMENT;
+	}
+
 	/* delete it; a version changed meanwhile is locked and checked again */
 	while (match == LIVE_MATCH)
 	{
@@ -404,8 +435,9 @@ queue_completer_one(QueueCompleter *c, Datum qname, int64 item_id, int64 token,
 		TM_Result	r;
 		ItemPointerData tid = cur->tts_tid;
 
-		r = table_tuple_delete(c->live, &tid, c->cid, c->snapshot, InvalidSnapshot, true,
-							   &tmfd, false);
+		/* (a version this transaction locked has no other holder) */
+		r = table_tuple_delete(c->live, &tid, c->cid, c->snapshot, InvalidSnapshot,
+							   !c->nowait || locked, &tmfd, false);
 		if (r == TM_Ok)
 			break;
 		if (r == TM_SelfModified || (r == TM_Deleted && !IsolationUsesXactSnapshot()))
@@ -413,19 +445,27 @@ queue_completer_one(QueueCompleter *c, Datum qname, int64 item_id, int64 token,
 			match = LIVE_OTHER;
 			break;
 		}
-		if (r != TM_Updated || IsolationUsesXactSnapshot())
+		/* TM_BeingModified (nowait only): held, perhaps by this transaction */
+		if (r != TM_BeingModified && (r != TM_Updated || IsolationUsesXactSnapshot()))
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not serialize access due to concurrent %s",
 							r == TM_Deleted ? "delete" : "update")));
 		r = table_tuple_lock(c->live, &tid, c->snapshot, c->locked, c->cid, LockTupleExclusive,
-							 LockWaitBlock, TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
+							 c->nowait ? LockWaitSkip : LockWaitBlock,
+							 TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
+		if (r == TM_WouldBlock)
+		{
+			out->busy = tid;
+			return QUEUE_DIRECT_BUSY;
+		}
 		if (r != TM_Ok)
 		{
 			match = LIVE_OTHER;
 			break;
 		}
 		cur = c->locked;
+		locked = true;
 		match = match_item(cur, qname, item_id, token);
 	}
 	if (match != LIVE_MATCH)
@@ -457,12 +497,60 @@ queue_completer_end(QueueCompleter *c)
 	CommandCounterIncrement();
 }
 
+/*
+ * queue_completer_wait
+ *		Wait until no other transaction holds the item version at tid (or
+ *		its latest version), holding nothing of it afterwards: the version
+ *		is locked in a subtransaction that is rolled back at once.  For a
+ *		caller that let its items go because this one was busy.
+ */
+void
+queue_completer_wait(ItemPointer tid)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcontext);
+	PG_TRY();
+	{
+		Relation	rel = table_open(queue_item_live_oid(), RowShareLock);
+		TupleTableSlot *slot = table_slot_create(rel, NULL);
+		Snapshot	snapshot = queue_lookup_snapshot();
+		ItemPointerData t = *tid;
+		TM_FailureData tmfd;
+
+		(void) table_tuple_lock(rel, &t, snapshot, slot, GetCurrentCommandId(false),
+								LockTupleExclusive, LockWaitBlock,
+								TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
+		ExecDropSingleTupleTableSlot(slot);
+		UnregisterSnapshot(snapshot);
+		table_close(rel, NoLock);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcontext);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
+	RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(oldcontext);
+	CurrentResourceOwner = oldowner;
+}
+
 /* One completion (see queue_completer_one). */
 QueueDirectResult
 queue_complete_direct(Datum qname, int64 item_id, int64 token, Datum result,
 					  bool result_null, QueueCompleted *out)
 {
-	QueueCompleter *c = queue_completer_begin();
+	QueueCompleter *c = queue_completer_begin(false);
 	QueueDirectResult res;
 
 	if (c == NULL)

@@ -308,7 +308,8 @@ typedef enum QueueDirectResult
 {
 	QUEUE_DIRECT_DONE,			/* completed */
 	QUEUE_DIRECT_NONE,			/* no such item under that lease */
-	QUEUE_DIRECT_STATEMENT		/* nothing done: the statement must do it */
+	QUEUE_DIRECT_STATEMENT,		/* nothing done: the statement must do it */
+	QUEUE_DIRECT_BUSY			/* nowait: another transaction holds it */
 } QueueDirectResult;
 typedef struct QueueCompleted
 {
@@ -317,14 +318,16 @@ typedef struct QueueCompleted
 	int32		attempts;
 	char	   *worker;			/* NULL if none */
 	bool		cancel_requested;
+	ItemPointerData busy;		/* QUEUE_DIRECT_BUSY: the version held */
 } QueueCompleted;
 extern void queue_complete_direct_relcache(Datum arg, Oid relid);
 typedef struct QueueCompleter QueueCompleter;
-extern QueueCompleter *queue_completer_begin(void);
+extern QueueCompleter *queue_completer_begin(bool nowait);
 extern QueueDirectResult queue_completer_one(QueueCompleter *c, Datum qname, int64 item_id,
 											 int64 token, Datum result, bool result_null,
 											 QueueCompleted *out);
 extern void queue_completer_end(QueueCompleter *c);
+extern void queue_completer_wait(ItemPointer tid);
 extern QueueDirectResult queue_complete_direct(Datum qname, int64 item_id, int64 token,
 											   Datum result, bool result_null,
 											   QueueCompleted *out);
