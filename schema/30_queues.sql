@@ -502,6 +502,7 @@ DECLARE
     v_name text := queue._check_name(purge.queue_name);
     v_n bigint;
     v_lost boolean := false;
+    v_keyed bigint[];
     r record;
 BEGIN
     PERFORM queue._check_access(v_name, 'reader');
@@ -540,11 +541,21 @@ BEGIN
     IF v_lost THEN
         PERFORM queue._breaker_check(v_name);
     END IF;
-    -- everything not under a current lease: queued, scheduled, on hold
+    -- everything not under a current lease: queued, scheduled, on hold;
+    -- the items with a dedup key taken all at once first (_lock_items), as
+    -- a producer's enqueue_batch locks the holders of its keys in key
+    -- order: purge must not wait for one while it holds another.  A keyed
+    -- item enqueued after that is left to a later purge.
+    v_keyed := ARRAY(SELECT i.item_id FROM queue.item_live i
+                      WHERE i.queue_name = v_name AND i.dedup_key IS NOT NULL
+                        AND NOT (i.lease_token IS NOT NULL
+                                 AND i.lease_expires_at > statement_timestamp()));
+    PERFORM queue._lock_items(v_name, v_keyed);
     WITH d AS (
         DELETE FROM queue.item_live i
          WHERE i.queue_name = v_name
            AND NOT (i.lease_token IS NOT NULL AND i.lease_expires_at > statement_timestamp())
+           AND (i.dedup_key IS NULL OR i.item_id = ANY (v_keyed))
         RETURNING 1)
     SELECT count(*) INTO v_n FROM d;
     PERFORM queue._event(v_name, NULL, 'purged', NULL, NULL,
