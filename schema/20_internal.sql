@@ -530,7 +530,8 @@ COMMENT ON FUNCTION queue._end_lease(text, bigint, text, text, text)
 -- one, those taken are let go again (the block's subtransaction is rolled
 -- back), the busy one is waited for alone and let go at once, and it
 -- starts over; after ten rounds it waits in item id order.  heartbeat and
--- restart take a worker's items so, since a call that locks them in
+-- restart take a worker's items so, and purge a queue's keyed items (as
+-- complete_batch does in C, complete_direct.c), since a call that locks them in
 -- another order (enqueue_batch, which locks the holders of its keys in key
 -- order) would otherwise wait for the one they hold while they wait for
 -- its, and a deadlock would fail one of the two.  Items gone meanwhile are
