@@ -461,9 +461,12 @@ COMMENT ON FUNCTION queue._end_lease_probe(text, bigint, timestamptz, boolean)
 -- once, or a dead letter when that was its last attempt or its cancel was
 -- requested (then cancelled, queue._bury).  A lease that ran out and was
 -- counted as lost already (sweep or dequeue met it) only ends: the attempt
--- counts once.  The caller has locked the item.  Returns 'recovered',
--- 'dead' or 'ended' (the counted lost lease ended), NULL when it has no
--- lease.
+-- counts once.  An item past its expires_at does not come back: it is
+-- never handed out, and the next sweep or dequeue makes it an expired dead
+-- letter, so it gets no retrying or recovered event (its trail is failed,
+-- then expired, as for a lease that ran out past expires_at).  The caller
+-- has locked the item.  Returns 'recovered', 'dead' or 'ended' (the counted
+-- lost lease ended), NULL when it has no lease.
 CREATE FUNCTION queue._end_lease(p_queue text, p_item_id bigint, p_kind text,
                                  p_error text, p_error_code text)
 RETURNS text LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -475,7 +478,7 @@ DECLARE
     v_now timestamptz;
 BEGIN
     SELECT i.attempt, i.max_attempts, i.worker, i.cancel_requested_at, i.lost_counted,
-           i.lease_expires_at INTO r
+           i.lease_expires_at, i.expires_at INTO r
       FROM queue.item_live i
      WHERE i.queue_name = p_queue AND i.item_id = p_item_id AND i.lease_token IS NOT NULL;
     IF NOT FOUND THEN
@@ -513,11 +516,14 @@ BEGIN
            last_error = p_error, error_code = p_error_code,
            errors = i.errors || jsonb_build_array(v_entry)
      WHERE i.queue_name = p_queue AND i.item_id = p_item_id;
-    -- per failure, failed then retrying: claimable again at once
-    PERFORM queue._event(p_queue, p_item_id, 'retrying', r.worker, r.attempt,
-                         jsonb_build_object('retry_in_seconds', 0.000, 'reason', p_error_code));
-    PERFORM queue._event(p_queue, p_item_id, 'recovered', r.worker, r.attempt,
-                         jsonb_build_object('reason', p_error_code, 'worker', r.worker));
+    -- per failure, failed then retrying: claimable again at once (an item
+    -- past its expires_at is not: failed, then expired when it is buried)
+    IF r.expires_at IS NULL OR r.expires_at > v_now THEN
+        PERFORM queue._event(p_queue, p_item_id, 'retrying', r.worker, r.attempt,
+                             jsonb_build_object('retry_in_seconds', 0.000, 'reason', p_error_code));
+        PERFORM queue._event(p_queue, p_item_id, 'recovered', r.worker, r.attempt,
+                             jsonb_build_object('reason', p_error_code, 'worker', r.worker));
+    END IF;
     PERFORM queue._end_lease_probe(p_queue, p_item_id, r.lease_expires_at, false);
     RETURN 'recovered';
 END

@@ -196,7 +196,7 @@ DECLARE
     v_now timestamptz;
 BEGIN
     SELECT i.attempt, i.max_attempts, i.worker, i.cancel_requested_at, i.lost_counted,
-           i.lease_expires_at INTO r
+           i.lease_expires_at, i.expires_at INTO r
       FROM queue.item_live i
      WHERE i.queue_name = p_queue AND i.item_id = p_item_id AND i.lease_token IS NOT NULL;
     IF NOT FOUND THEN
@@ -234,11 +234,14 @@ BEGIN
            last_error = p_error, error_code = p_error_code,
            errors = i.errors || jsonb_build_array(v_entry)
      WHERE i.queue_name = p_queue AND i.item_id = p_item_id;
-    -- per failure, failed then retrying: claimable again at once
-    PERFORM queue._event(p_queue, p_item_id, 'retrying', r.worker, r.attempt,
-                         jsonb_build_object('retry_in_seconds', 0.000, 'reason', p_error_code));
-    PERFORM queue._event(p_queue, p_item_id, 'recovered', r.worker, r.attempt,
-                         jsonb_build_object('reason', p_error_code, 'worker', r.worker));
+    -- per failure, failed then retrying: claimable again at once (an item
+    -- past its expires_at is not: failed, then expired when it is buried)
+    IF r.expires_at IS NULL OR r.expires_at > v_now THEN
+        PERFORM queue._event(p_queue, p_item_id, 'retrying', r.worker, r.attempt,
+                             jsonb_build_object('retry_in_seconds', 0.000, 'reason', p_error_code));
+        PERFORM queue._event(p_queue, p_item_id, 'recovered', r.worker, r.attempt,
+                             jsonb_build_object('reason', p_error_code, 'worker', r.worker));
+    END IF;
     PERFORM queue._end_lease_probe(p_queue, p_item_id, r.lease_expires_at, false);
     RETURN 'recovered';
 END
