@@ -37,12 +37,14 @@ DECLARE
     v_worker text;
     v_attempt int;
     v_expires timestamptz;
+    v_item_expires timestamptz;
     v_entry jsonb;
 BEGIN
     -- lock the row, then judge the clock and record the failure outside
     -- the UPDATE: Citus refuses a volatile function in an UPDATE of a
     -- distributed table, and a clock in its WHERE
-    SELECT i.worker, i.attempt, i.lease_expires_at INTO v_worker, v_attempt, v_expires
+    SELECT i.worker, i.attempt, i.lease_expires_at, i.expires_at
+      INTO v_worker, v_attempt, v_expires, v_item_expires
       FROM queue.item_live i
      WHERE i.queue_name = p_queue AND i.item_id = p_item_id
        AND i.lease_token IS NOT NULL AND NOT i.lost_counted
@@ -62,11 +64,16 @@ BEGIN
            errors = i.errors || v_entry
      WHERE i.queue_name = p_queue AND i.item_id = p_item_id;
     -- per failure, failed then retrying: the item has been claimable since
-    -- the lease's end
-    PERFORM queue._event(p_queue, p_item_id, 'retrying', v_worker, v_attempt,
-                         jsonb_build_object('retry_in_seconds', 0.000, 'reason', 'lease_expired'));
-    PERFORM queue._event(p_queue, p_item_id, 'recovered', v_worker, v_attempt,
-                         jsonb_build_object('reason', 'lease_expired'));
+    -- the lease's end; not one past its expires_at (hold, cancel or purge
+    -- met it), which is never handed out: failed, then expired or what the
+    -- caller makes of it
+    IF v_item_expires IS NULL
+       OR v_item_expires > greatest(statement_timestamp(), transaction_timestamp()) THEN
+        PERFORM queue._event(p_queue, p_item_id, 'retrying', v_worker, v_attempt,
+                             jsonb_build_object('retry_in_seconds', 0.000, 'reason', 'lease_expired'));
+        PERFORM queue._event(p_queue, p_item_id, 'recovered', v_worker, v_attempt,
+                             jsonb_build_object('reason', 'lease_expired'));
+    END IF;
     RETURN true;
 END
 $$;
