@@ -8,15 +8,15 @@
 CREATE ROLE regress_elee_bot LOGIN IN ROLE queue_worker;
 
 SELECT queue.create_queue('q_elee', audit => 'all');
-SELECT queue.enqueue('q_elee', '{"n": "off"}', expires_at => now() + interval '1 s') AS off \gset
-SELECT queue.enqueue('q_elee', '{"n": "restart"}', expires_at => now() + interval '1 s') AS rst \gset
+SELECT queue.enqueue('q_elee', '{"n": "off"}', expires_at => now() + interval '2 s') AS off \gset
+SELECT queue.enqueue('q_elee', '{"n": "restart"}', expires_at => now() + interval '2 s') AS rst \gset
 SELECT queue.enqueue('q_elee', '{"n": "live"}') AS live \gset
 SET ROLE regress_elee_bot;
 SELECT item_id = :off AS off FROM queue.dequeue('q_elee', 'w-off', lease_timeout => '1 h');
 SELECT item_id = :rst AS rst FROM queue.dequeue('q_elee', 'w-rst', lease_timeout => '1 h');
 SELECT item_id = :live AS live FROM queue.dequeue('q_elee', 'w-off', lease_timeout => '1 h');
 RESET ROLE;
-SELECT pg_sleep(1.1);
+SELECT pg_sleep(2.1);
 
 -- case: the worker holding "off" and "live" goes offline
 UPDATE queue.worker_registry SET last_seen = now() - interval '1 h' WHERE worker = 'w-off';
@@ -43,14 +43,14 @@ SELECT queue.drop_queue('q_elee', force => true);
 -- an expired dead letter at the next sweep
 SELECT queue.create_queue('q_elee2', audit => 'all');
 SELECT queue.create_queue('q_elee3', audit => 'all');
-SELECT queue.enqueue('q_elee2', '{"n": "hold"}', expires_at => now() + interval '1 s') AS h \gset
-SELECT queue.enqueue('q_elee2', '{"n": "cancel"}', expires_at => now() + interval '1 s') AS c \gset
-SELECT queue.enqueue('q_elee3', '{"n": "purge"}', expires_at => now() + interval '1 s') AS p \gset
+SELECT queue.enqueue('q_elee2', '{"n": "hold"}', expires_at => now() + interval '2 s') AS h \gset
+SELECT queue.enqueue('q_elee2', '{"n": "cancel"}', expires_at => now() + interval '2 s') AS c \gset
+SELECT queue.enqueue('q_elee3', '{"n": "purge"}', expires_at => now() + interval '2 s') AS p \gset
 SET ROLE regress_elee_bot;
 SELECT count(*) FROM queue.dequeue('q_elee2', 'w-gone', 2, lease_timeout => '0.5 s');
 SELECT count(*) FROM queue.dequeue('q_elee3', 'w-gone', 1, lease_timeout => '0.5 s');
 RESET ROLE;
-SELECT pg_sleep(1.1);
+SELECT pg_sleep(2.1);
 SELECT queue.hold('q_elee2', :h);
 SELECT queue.cancel('q_elee2', :c);
 SELECT queue.purge('q_elee3');
