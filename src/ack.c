@@ -407,7 +407,8 @@ queue_complete(PG_FUNCTION_ARGS)
 				queue_spi_finish();
 				PG_RETURN_BOOL(false);
 			case QUEUE_DIRECT_STATEMENT:
-			case QUEUE_DIRECT_BUSY: /* (a completer that waits) */
+			case QUEUE_DIRECT_BUSY: /* (only other modes) */
+			case QUEUE_DIRECT_NOT_HELD:
 				break;
 		}
 	}
@@ -495,27 +496,33 @@ pending_pair_cmp(const void *a, const void *b)
 
 /*
  * complete_direct_round
- *		One round of complete_batch's direct completions, of the pairs
- *		pending[0 .. *npending - 1] (positions in the arrays): the rows
- *		completed are appended to rows, the pairs the statement must do are
- *		left in pending and *npending.  With nowait, returns true as soon as
- *		another transaction holds one of the items (*busy: its version);
- *		what the round did is then to be rolled back.  With the direct path
- *		unusable everything is left to the statement.
+ *		One pass of complete_batch's direct completions (complete_direct.c)
+ *		over the pairs todo[0 .. ntodo - 1] (positions in the arrays), in
+ *		the completer mode given: the rows completed are appended to rows,
+ *		the pairs the statement must do to stmt, and in QUEUE_COMPLETER_HELD
+ *		mode the pairs whose items this transaction does not hold to later.
+ *		In QUEUE_COMPLETER_NOWAIT mode returns true as soon as another
+ *		transaction holds one of the items (*busy: its version); what the
+ *		pass did is then to be rolled back.  With the direct path unusable
+ *		every pair goes to stmt.
  */
 static bool
 complete_direct_round(Datum *values, char *nulls, Datum *id_elems, Datum *tok_elems,
-					  bool nowait, int *pending, int *npending, HeapTuple *rows,
-					  int *nrows, TupleDesc desc, ItemPointer busy)
+					  QueueCompleterMode mode, const int *todo, int ntodo,
+					  int *stmt, int *nstmt, int *later, int *nlater,
+					  HeapTuple *rows, int *nrows, TupleDesc desc, ItemPointer busy)
 {
-	QueueCompleter *c = queue_completer_begin(nowait);
-	int			nleft = 0;
+	QueueCompleter *c = queue_completer_begin(mode);
 
 	if (c == NULL)
-		return false;
-	for (int p = 0; p < *npending; p++)
 	{
-		int			i = pending[p];
+		memmove(stmt + *nstmt, todo, sizeof(int) * ntodo);	/* (todo may be stmt) */
+		*nstmt += ntodo;
+		return false;
+	}
+	for (int p = 0; p < ntodo; p++)
+	{
+		int			i = todo[p];
 		QueueCompleted done;
 		Datum		rv[5];
 		bool		rn[5] = {false, false, false, false, false};
@@ -536,9 +543,12 @@ complete_direct_round(Datum *values, char *nulls, Datum *id_elems, Datum *tok_el
 				rows[(*nrows)++] = heap_form_tuple(desc, rv, rn);
 				break;
 			case QUEUE_DIRECT_STATEMENT:
-				pending[nleft++] = i;
+				stmt[(*nstmt)++] = i;
 				break;
 			case QUEUE_DIRECT_NONE:
+				break;
+			case QUEUE_DIRECT_NOT_HELD:
+				later[(*nlater)++] = i;
 				break;
 			case QUEUE_DIRECT_BUSY:
 				*busy = done.busy;
@@ -547,34 +557,31 @@ complete_direct_round(Datum *values, char *nulls, Datum *id_elems, Datum *tok_el
 		}
 	}
 	queue_completer_end(c);
-	*npending = nleft;
 	return false;
 }
 
 /*
  * complete_direct_round_at_once
- *		complete_direct_round, with at_once in a subtransaction that is
- *		rolled back when an item is busy (returns true, *busy its version),
- *		kept otherwise.
+ *		complete_direct_round in QUEUE_COMPLETER_NOWAIT mode, in a
+ *		subtransaction that is rolled back when an item is busy (returns
+ *		true, *busy its version), kept otherwise.
  */
 static bool
 complete_direct_round_at_once(Datum *values, char *nulls, Datum *id_elems, Datum *tok_elems,
-							  bool at_once, int *pending, int *npending, HeapTuple *rows,
-							  int *nrows, TupleDesc desc, ItemPointer busy)
+							  const int *todo, int ntodo, int *stmt, int *nstmt,
+							  HeapTuple *rows, int *nrows, TupleDesc desc, ItemPointer busy)
 {
 	MemoryContext oldcontext = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
 	bool		is_busy;
 
-	if (!at_once)
-		return complete_direct_round(values, nulls, id_elems, tok_elems, false,
-									 pending, npending, rows, nrows, desc, busy);
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(oldcontext);
 	PG_TRY();
 	{
-		is_busy = complete_direct_round(values, nulls, id_elems, tok_elems, true,
-										pending, npending, rows, nrows, desc, busy);
+		is_busy = complete_direct_round(values, nulls, id_elems, tok_elems,
+										QUEUE_COMPLETER_NOWAIT, todo, ntodo, stmt, nstmt,
+										NULL, NULL, rows, nrows, desc, busy);
 	}
 	PG_CATCH();
 	{
@@ -661,35 +668,52 @@ complete_batch_by_tid(Datum *values, char *nulls, ArrayType *ids, ArrayType *tok
 	 * Directly where possible (complete_direct.c), the rest by statement.
 	 * A batch of several items takes them all at once: it never waits for
 	 * one while it holds another, since a producer's enqueue_batch locks the
-	 * holders of its keys in key order, not in item id order.  When another
-	 * transaction holds one, all are let go again (the round's
-	 * subtransaction is rolled back), that one is waited for alone, and it
-	 * starts over; after ALL_AT_ONCE_ROUNDS rounds it waits for each in
-	 * item id order.
+	 * holders of its keys in key order, not in item id order.  The items
+	 * this transaction holds already (claimed in it) go first: no other
+	 * transaction can hold them.  Of the others, when another transaction
+	 * holds one, all are let go again (the round's subtransaction is rolled
+	 * back), that one is waited for alone, and it starts over; after
+	 * ALL_AT_ONCE_ROUNDS rounds it waits for each in item id order.
 	 */
 	if (npending > 0)
 	{
-		int		   *order = palloc(sizeof(int) * npending);
+		int		   *todo = palloc(sizeof(int) * npending);
+		int			ntodo = 0;
+		int			nstmt = 0;
 
-		memcpy(order, pending, sizeof(int) * npending);
 		desc = completed_row_desc();
-		for (int round = 0;; round++)
+		if (npending > 1 && TransactionIdIsValid(GetTopTransactionIdIfAny()))
+			(void) complete_direct_round(values, nulls, id_elems, tok_elems,
+										 QUEUE_COMPLETER_HELD, pending, npending,
+										 pending, &nstmt, todo, &ntodo, rows, &nrows,
+										 desc, NULL);
+		else
+		{
+			memcpy(todo, pending, sizeof(int) * npending);
+			ntodo = npending;
+		}
+		for (int round = 0, nrows0 = nrows, nstmt0 = nstmt; ntodo > 0; round++)
 		{
 			ItemPointerData busy;
-			int			nleft = npending;
 
-			nrows = 0;
-			memcpy(pending, order, sizeof(int) * npending);
-			if (!complete_direct_round_at_once(values, nulls, id_elems, tok_elems,
-											   npending > 1 && round < ALL_AT_ONCE_ROUNDS,
-											   pending, &nleft, rows, &nrows, desc, &busy))
+			if (ntodo == 1 || round >= ALL_AT_ONCE_ROUNDS)
 			{
-				npending = nleft;
+				(void) complete_direct_round(values, nulls, id_elems, tok_elems,
+											 QUEUE_COMPLETER_WAIT, todo, ntodo,
+											 pending, &nstmt, NULL, NULL, rows, &nrows,
+											 desc, NULL);
 				break;
 			}
+			if (!complete_direct_round_at_once(values, nulls, id_elems, tok_elems,
+											   todo, ntodo, pending, &nstmt,
+											   rows, &nrows, desc, &busy))
+				break;
+			nrows = nrows0;
+			nstmt = nstmt0;
 			queue_completer_wait(&busy);
 		}
-		pfree(order);
+		npending = nstmt;
+		pfree(todo);
 	}
 
 	for (int tries = 0; npending > 0; tries++)

@@ -19,12 +19,17 @@
  *	  constraint is then checked because a partition may have been
  *	  attached meanwhile) and inserted with its index entries.
  *
- * complete_batch takes its items all at once (nowait): a completer begun
- * with nowait never waits for a version another transaction holds, it
- * reports the item busy instead, so that the caller can let everything go
- * (its subtransaction rolled back) and wait for that item alone
- * (queue_completer_wait); the items it leaves to the statement it locks
- * meanwhile, so that the statement does not wait either.
+ * complete_batch takes its items all at once (ack.c).  First, in
+ * QUEUE_COMPLETER_HELD mode, those this transaction holds already (claimed
+ * in it: the claim leaves its lock on the version it wrote), which no other
+ * transaction can hold; deleting them in a subtransaction would make a
+ * multixact of the two.  Then the others in a subtransaction, in
+ * QUEUE_COMPLETER_NOWAIT mode: the completer never waits for a version
+ * another transaction holds, it reports the item busy instead, so that the
+ * caller can let everything go (the subtransaction rolled back) and wait
+ * for that item alone (queue_completer_wait); the items it leaves to the
+ * statement it locks meanwhile, so that the statement does not wait
+ * either.
  *
  * Where a shortcut would skip work a statement does, the statement runs
  * instead (QUEUE_DIRECT_STATEMENT, decided before anything is written):
@@ -42,6 +47,7 @@
 
 #include "access/genam.h"
 #include "access/heapam.h"
+#include "access/htup_details.h"
 #include "access/relscan.h"
 #include "access/stratnum.h"
 #include "access/table.h"
@@ -185,6 +191,25 @@ match_item(TupleTableSlot *slot, Datum qname, int64 item_id, int64 token)
 }
 
 /*
+ * held_here
+ *		Whether this transaction (not a multixact) is the version's xmax: a
+ *		claim of this transaction leaves its lock on the version it wrote.
+ *		Read without the buffer's content lock: another transaction may be
+ *		writing xmax meanwhile, and then it is not this one's anyway.
+ */
+static bool
+held_here(TupleTableSlot *slot)
+{
+	HeapTupleHeader h = ExecFetchSlotHeapTuple(slot, false, NULL)->t_data;
+	TransactionId xmax;
+
+	if (h->t_infomask & (HEAP_XMAX_INVALID | HEAP_XMAX_IS_MULTI))
+		return false;
+	xmax = HeapTupleHeaderGetRawXmax(h);
+	return TransactionIdIsValid(xmax) && TransactionIdIsCurrentTransactionId(xmax);
+}
+
+/*
  * route_history
  *		The partition of item_done (parent, open) a row completed at `at`
  *		goes to, as the executor's tuple routing finds it; *is_default
@@ -234,7 +259,7 @@ struct QueueCompleter
 	Relation	part;			/* the history partition of now */
 	bool		is_default;		/* it is the DEFAULT partition */
 	bool		part_checked;	/* its constraint was checked (see below) */
-	bool		nowait;			/* report busy items, never wait for them */
+	QueueCompleterMode mode;
 	TupleDesc	pdesc;
 	AttrNumber	done_attnum[NUM_DONE_COLS];
 	Snapshot	snapshot;
@@ -250,11 +275,11 @@ struct QueueCompleter
  * queue_completer_begin
  *		Open item_live and the history partition of the completion time;
  *		NULL when the statement must do them (see the header).  Every
- *		lookup of the completer runs on one snapshot.  With nowait, items
- *		another transaction holds are reported busy (see the header).
+ *		lookup of the completer runs on one snapshot.  The mode says what
+ *		to do with an item another transaction holds (see the header).
  */
 QueueCompleter *
-queue_completer_begin(bool nowait)
+queue_completer_begin(QueueCompleterMode mode)
 {
 	QueueCompleter *c;
 	Relation	live;
@@ -305,7 +330,7 @@ queue_completer_begin(bool nowait)
 	c->done_parent = done_parent;
 	c->part = part;
 	c->is_default = is_default;
-	c->nowait = nowait;
+	c->mode = mode;
 	c->pdesc = pdesc;
 	c->now = now;
 	if (part_relid != partoid)
@@ -408,8 +433,12 @@ queue_completer_one(QueueCompleter *c, Datum qname, int64 item_id, int64 token,
 			break;
 	}
 
-	/* nowait: an item the statement is to delete is taken now */
-	if (match == LIVE_STATEMENT && c->nowait)
+	/* HELD: only what this transaction holds, which no other can */
+	if (match != LIVE_OTHER && c->mode == QUEUE_COMPLETER_HELD && !held_here(cur))
+		return QUEUE_DIRECT_NOT_HELD;
+
+	/* NOWAIT: an item the statement is to delete is taken now */
+	if (match == LIVE_STATEMENT && c->mode == QUEUE_COMPLETER_NOWAIT)
 	{
 		TM_FailureData tmfd;
 		TM_Result	r;
@@ -437,7 +466,7 @@ queue_completer_one(QueueCompleter *c, Datum qname, int64 item_id, int64 token,
 
 		/* (a version this transaction locked has no other holder) */
 		r = table_tuple_delete(c->live, &tid, c->cid, c->snapshot, InvalidSnapshot,
-							   !c->nowait || locked, &tmfd, false);
+							   c->mode != QUEUE_COMPLETER_NOWAIT || locked, &tmfd, false);
 		if (r == TM_Ok)
 			break;
 		if (r == TM_SelfModified || (r == TM_Deleted && !IsolationUsesXactSnapshot()))
@@ -445,14 +474,14 @@ queue_completer_one(QueueCompleter *c, Datum qname, int64 item_id, int64 token,
 			match = LIVE_OTHER;
 			break;
 		}
-		/* TM_BeingModified (nowait only): held, perhaps by this transaction */
+		/* TM_BeingModified (NOWAIT only): held, perhaps by this transaction */
 		if (r != TM_BeingModified && (r != TM_Updated || IsolationUsesXactSnapshot()))
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not serialize access due to concurrent %s",
 							r == TM_Deleted ? "delete" : "update")));
 		r = table_tuple_lock(c->live, &tid, c->snapshot, c->locked, c->cid, LockTupleExclusive,
-							 c->nowait ? LockWaitSkip : LockWaitBlock,
+							 c->mode == QUEUE_COMPLETER_NOWAIT ? LockWaitSkip : LockWaitBlock,
 							 TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
 		if (r == TM_WouldBlock)
 		{
@@ -550,7 +579,7 @@ QueueDirectResult
 queue_complete_direct(Datum qname, int64 item_id, int64 token, Datum result,
 					  bool result_null, QueueCompleted *out)
 {
-	QueueCompleter *c = queue_completer_begin(false);
+	QueueCompleter *c = queue_completer_begin(QUEUE_COMPLETER_WAIT);
 	QueueDirectResult res;
 
 	if (c == NULL)

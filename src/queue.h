@@ -309,8 +309,15 @@ typedef enum QueueDirectResult
 	QUEUE_DIRECT_DONE,			/* completed */
 	QUEUE_DIRECT_NONE,			/* no such item under that lease */
 	QUEUE_DIRECT_STATEMENT,		/* nothing done: the statement must do it */
-	QUEUE_DIRECT_BUSY			/* nowait: another transaction holds it */
+	QUEUE_DIRECT_BUSY,			/* NOWAIT mode: another transaction holds it */
+	QUEUE_DIRECT_NOT_HELD		/* HELD mode: this transaction does not hold it */
 } QueueDirectResult;
+typedef enum QueueCompleterMode
+{
+	QUEUE_COMPLETER_WAIT,		/* wait for a version another transaction holds */
+	QUEUE_COMPLETER_NOWAIT,		/* report it busy instead (complete_direct.c) */
+	QUEUE_COMPLETER_HELD		/* complete only what this transaction holds */
+} QueueCompleterMode;
 typedef struct QueueCompleted
 {
 	bool		key_null;		/* the item's dedup_key */
@@ -322,7 +329,7 @@ typedef struct QueueCompleted
 } QueueCompleted;
 extern void queue_complete_direct_relcache(Datum arg, Oid relid);
 typedef struct QueueCompleter QueueCompleter;
-extern QueueCompleter *queue_completer_begin(bool nowait);
+extern QueueCompleter *queue_completer_begin(QueueCompleterMode mode);
 extern QueueDirectResult queue_completer_one(QueueCompleter *c, Datum qname, int64 item_id,
 											 int64 token, Datum result, bool result_null,
 											 QueueCompleted *out);
