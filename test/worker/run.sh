@@ -732,6 +732,31 @@ if want samename; then
 	fi
 fi
 
+# -- case: a registration that meets a lock timeout at start is sent again
+# register_worker(restart => true) at start waits behind a lock past the
+# role's lock_timeout: the worker registers once the lock is gone, ending
+# the leases its predecessor held under the name, before it claims.
+if want register; then
+	if [ "$(has_arg register_worker restart)" = t ]; then
+		sql "SELECT queue.create_queue('t_register', lease_timeout => '5 min')" >/dev/null
+		sql "SELECT queue.enqueue('t_register', '{\"n\": 1}');
+		     SELECT count(*) FROM queue.dequeue('t_register', 'reg1')" >/dev/null
+		"$BINDIR/psql" -X -q -d "$DSN" -c "BEGIN; LOCK TABLE queue.worker_registry IN EXCLUSIVE MODE;
+			SELECT pg_sleep(2); COMMIT" >/dev/null 2>&1 &
+		locker=$!
+		sleep 0.5
+		timeout 60 "$WORKER" --dsn "$DSN options='-c lock_timeout=300ms'" --queue t_register --name reg1 \
+			--poll 200ms --idle-exit 4s --exec 'cat >/dev/null; echo "{\"attempt\": $QUEUE_ATTEMPT}"' \
+			>"$LOG/reg1.out" 2>"$LOG/reg1.log"
+		is "register: worker exits 0" "$?" 0
+		wait "$locker"
+		is "register: the restart was made once the lock was gone: the predecessor's item came back and was done" \
+			"$(sql "SELECT attempts || ' ' || worker FROM queue.history WHERE queue_name = 't_register'")" "2 reg1"
+	else
+		skip "register: a registration that met a lock timeout" "register_worker has no restart argument here"
+	fi
+fi
+
 # -- case: a worker name another role registered: the worker refuses to start
 if want owner; then
 	sql "CREATE ROLE qw_other LOGIN IN ROLE queue_worker;
