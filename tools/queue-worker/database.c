@@ -33,9 +33,19 @@ PGconn	   *conn;
 static double next_connect;		/* when to try to reconnect */
 static double reconnect_delay = RECONNECT_MIN;
 
+/*
+ * The registration the worker owes the server: at start, with restart (it
+ * ends the leases an earlier process held under the name), and after each
+ * reconnect, without.  It stays owed through a "not now" or a lost
+ * connection and is sent again (ensure_registered).
+ */
+static bool register_due;
+static bool restart_due = true; /* the start's restart is not made yet */
+static double register_retry;	/* when to send it again */
+
 static PGconn *open_connection(char *errbuf, size_t errlen);
 static void start_listening(void);
-static void register_worker(bool restart);
+static QStatus register_worker(bool restart);
 static void end_refused(Item *it, const char *sqlstate);
 static void extension_refused(Item *it, const char *what);
 
@@ -280,9 +290,10 @@ detect_register_args(void)
  * Register the worker.  At start (restart true) every lease still held
  * under this name ends at once, so a restarted bot's items come back now
  * instead of after their lease; after a reconnect the same process still
- * holds its items, so it only registers again.
+ * holds its items, so it only registers again.  Returns how the statement
+ * went; Q_RETRY leaves the registration to be sent again.
  */
-static void
+static QStatus
 register_worker(bool restart)
 {
 	/*
@@ -350,6 +361,48 @@ register_worker(bool restart)
 				"queue_worker, ask a queue_admin to grant it.\n", progname, worker_name);
 		exit(1);
 	}
+	return qs;
+}
+
+/*
+ * Send the registration the worker owes, if any and if it is time.  A
+ * registration that met a "not now" (a lock or statement timeout, a
+ * deadlock) or a lost connection stays owed and is sent again a second
+ * later, the start's with restart until one is made: the loop claims
+ * nothing while one is owed (worker_registered), so a restart made late
+ * never ends a lease of this process, and the claims are made with the
+ * worker's labels and capacity.  Returns true once nothing is owed.
+ */
+bool
+ensure_registered(void)
+{
+	if (!register_due)
+		return true;
+	if (conn == NULL || now_mono() < register_retry)
+		return false;
+	if (register_worker(restart_due) == Q_RETRY)
+	{
+		register_retry = now_mono() + 1.0;
+		return false;
+	}
+	/* made, or refused for good (an SQL error): sending it again will not help */
+	register_due = false;
+	restart_due = false;
+	return true;
+}
+
+/* Is the worker registered, with nothing owed? */
+bool
+worker_registered(void)
+{
+	return !register_due;
+}
+
+/* When ensure_registered should be called again. */
+double
+registration_retry_at(void)
+{
+	return register_retry;
 }
 
 bool
@@ -381,7 +434,9 @@ try_connect(void)
 
 		run_query("heartbeat", "SELECT queue.heartbeat($1)", 1, vals, NULL, NULL);
 	}
-	register_worker(false);
+	register_due = true;
+	register_retry = 0;
+	ensure_registered();
 	/* the heartbeat set the leases to the queue's lease_timeout: extend now */
 	for (int i = 0; i < nitems; i++)
 		items[i].next_extend = 0;
@@ -879,7 +934,8 @@ startup_checks(void)
 
 	start_listening();
 	detect_register_args();
-	register_worker(true);
+	register_due = true;
+	ensure_registered();
 }
 
 /* When the loop should call try_connect again. */

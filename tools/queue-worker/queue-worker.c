@@ -222,6 +222,7 @@ service_database(Loop *lp)
 		try_connect();
 	if (conn == NULL)
 		return;
+	ensure_registered();
 	for (int i = 0; i < nitems && conn; i++)
 	{
 		if (items[i].state == IT_REPORT)
@@ -293,7 +294,7 @@ enforce_deadlines(void)
 static bool
 claim_allowed(const Loop *lp)
 {
-	return !shutting_down && !lp->fatal_error && conn != NULL &&
+	return !shutting_down && !lp->fatal_error && conn != NULL && worker_registered() &&
 		count_state(IT_WAITING) == 0 && count_state(IT_RUNNING) < opt.concurrency &&
 		count_held() < nitems &&
 		(opt.max_items == 0 || lp->claimed_budget > 0);
@@ -444,7 +445,9 @@ next_wakeup(const Loop *lp)
 		wake = fmin(wake, fmax(lp->next_claim, t));
 	if (conn)
 		wake = fmin(wake, lp->next_heartbeat);
-	else
+	if (conn && !worker_registered())
+		wake = fmin(wake, fmax(registration_retry_at(), t));
+	if (conn == NULL)
 		wake = fmin(wake, reconnect_at());
 	/* past the deadline without a connection, the reconnect is what counts */
 	if (opt.idle_exit > 0 && count_held() == 0 && (conn || t < lp->last_work + opt.idle_exit))

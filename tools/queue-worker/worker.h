@@ -206,6 +206,9 @@ QStatus		run_query(const char *what, const char *sql, int nparams,
 					  const char *const *values, PGresult **res, char *sqlstate);
 double		reconnect_at(void);
 bool		try_connect(void);
+bool		ensure_registered(void);
+bool		worker_registered(void);
+double		registration_retry_at(void);
 void		disconnect(const char *why);
 int			claim(int want, char *sqlstate);
 bool		item_send_checkpoints(Item *it);
