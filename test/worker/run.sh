@@ -1364,6 +1364,38 @@ if want locktimeout; then
 		"$(sql "SELECT attempts || ' ' || result::text FROM queue.history WHERE queue_name = 't_locktimeout'")" '1 {"done": 1}'
 fi
 
+# -- case: one lease held up by a lock does not hold up the others --------
+# An operator's transaction holds a row lock on one of the worker's items,
+# so its extend_lease waits past lock_timeout: the worker's other leases
+# are still extended in their time, and no other bot takes their items.
+if want lockedlease; then
+	sql "SELECT queue.create_queue('t_lockedlease', lease_timeout => '2 s')" >/dev/null
+	a=$(sql "SELECT queue.enqueue('t_lockedlease', '{\"n\": 1}')")
+	sql "SELECT queue.enqueue('t_lockedlease', '{\"n\": 2}')" >/dev/null
+	timeout 60 "$WORKER" --dsn "$DSN options='-c lock_timeout=300ms'" --queue t_lockedlease \
+		--name lockedlease1 --poll 200ms --concurrency 2 --max-items 2 \
+		--exec 'cat >/dev/null; sleep 6; echo "{\"attempt\": $QUEUE_ATTEMPT}"' \
+		>"$LOG/lockedlease1.out" 2>"$LOG/lockedlease1.log" &
+	w=$!
+	PIDS+=("$w")
+	wait_for 10 "SELECT count(*) = 2 FROM queue.items WHERE queue_name = 't_lockedlease' AND state = 'processing'"
+	"$BINDIR/psql" -X -q -d "$DSN" -c "BEGIN; SELECT 1 FROM queue.item_live
+		WHERE queue_name = 't_lockedlease' AND item_id = $a FOR UPDATE; SELECT pg_sleep(4); COMMIT" >/dev/null &
+	locker=$!
+	# another bot asks for work all the while
+	stolen=0
+	while kill -0 "$locker" 2>/dev/null; do
+		stolen=$((stolen + $(sql "SELECT count(*) FROM queue.dequeue('t_lockedlease', 'other_bot')")))
+		sleep 0.3
+	done
+	wait "$w"
+	is "lockedlease: worker exits 0" "$?" 0
+	is "lockedlease: the other bot got nothing: the lease of the item nobody locked was kept alive" "$stolen" 0
+	is "lockedlease: both items completed by the worker on their first attempt" \
+		"$(sql "SELECT count(*) FILTER (WHERE attempts = 1 AND worker = 'lockedlease1') FROM queue.history
+		        WHERE queue_name = 't_lockedlease'")" 2
+fi
+
 # -- case: --idle-exit asks the queue once more before it exits ----------
 # An item that became claimable since the last poll (a run_at or a backoff
 # coming due sends no notification) is still taken: with --idle-exit
