@@ -795,7 +795,10 @@ extension_refused(Item *it, const char *what)
 		item_kill(it, SIGKILL);
 }
 
-/* Keep leases alive; returns false when the connection failed. */
+/*
+ * Keep leases alive: extend each lease that is due.  Returns false when
+ * the connection failed (the rest wait for the reconnect).
+ */
 bool
 extend_leases(void)
 {
@@ -819,8 +822,18 @@ extend_leases(void)
 					   "SELECT e IS NOT NULL, extract(epoch FROM e - clock_timestamp())::float8"
 					   " FROM queue.extend_lease($1, $2::bigint, $3::bigint, $4::interval) AS e",
 					   4, vals, &res, NULL);
-		if (qs == Q_RETRY)
+		if (qs == Q_RETRY && conn == NULL)
 			return false;
+		if (qs == Q_RETRY)
+		{
+			/*
+			 * A "not now" for this lease alone (its row locked past
+			 * lock_timeout, a deadlock): try it again shortly and go on
+			 * with the others, which must not lapse meanwhile.
+			 */
+			it->next_extend = now_mono() + 0.5;
+			continue;
+		}
 		if (qs == Q_FAIL)
 		{
 			it->next_extend = now_mono() + 1.0;
