@@ -251,6 +251,34 @@ if want pause; then
 	is "pause: worker exits 0" "$?" 0
 fi
 
+# -- case: producers go on while the queue is paused -----------------------
+# Every enqueue notifies, but a worker that found the queue paused asks for
+# work no more often than --poll: a fleet does not poll a paused queue at
+# the producers' rate.
+if want pausednotify; then
+	sql "SELECT queue.create_queue('t_pausednotify'); SELECT queue.pause('t_pausednotify', 'ERP down')" >/dev/null
+	"$WORKER" --dsn "$DSN application_name=pausednotify options='-c log_min_duration_statement=0'" \
+		--queue t_pausednotify --name pausednotify1 --poll 3s --poll-max 30s --exec 'cat >/dev/null' \
+		>"$LOG/pausednotify1.out" 2>"$LOG/pausednotify1.log" &
+	w=$!
+	PIDS+=("$w")
+	sleep 0.5
+	before=$(grep -c 'execute .*FROM queue.dequeue' "$LOG/postgres.log")
+	t0=$SECONDS
+	for i in $(seq 1 20); do
+		sql "SELECT queue.enqueue('t_pausednotify', '{\"n\": $i}')" >/dev/null
+		sleep 0.1
+	done
+	sleep 0.5
+	n=$(($(grep -c 'execute .*FROM queue.dequeue' "$LOG/postgres.log") - before))
+	most=$(((SECONDS - t0) / 3 + 2))
+	kill -TERM "$w"
+	wait "$w"
+	[ "$n" -le "$most" ] && ok "pausednotify: 20 enqueues into a paused queue made a claim at most every 3 s (--poll): $n" ||
+		notok "pausednotify: 20 enqueues into a paused queue made a claim at most every 3 s (--poll)" "$n claims, at most $most expected"
+	sql "SELECT queue.drop_queue('t_pausednotify', force => true)" >/dev/null
+fi
+
 # -- case: transient failures (exit 75) ----------------------------------
 if want transient; then
 	sql "SELECT queue.create_queue('t_tmp', max_attempts => 3, backoff_base => '200 ms',
