@@ -46,6 +46,7 @@ typedef struct Loop
 	long		claimed_budget; /* items --max-items still allows */
 	bool		fatal_error;	/* claiming is impossible: wind down */
 	bool		notified;		/* a notification asked for a claim */
+	bool		paused;			/* the last empty claim found the queue paused */
 	bool		poll_failed;	/* poll() failed: wind down without it */
 	int			exit_code;
 } Loop;
@@ -314,6 +315,7 @@ schedule_next_poll(Loop *lp)
 		bool		paused = PQntuples(res) > 0 && PQgetvalue(res, 0, 0)[0] == 't';
 
 		PQclear(res);
+		lp->paused = paused;
 		if (paused)
 			lp->poll_delay = fmin(lp->poll_delay * 2, opt.poll_max);
 		else
@@ -344,6 +346,7 @@ claim_step(Loop *lp)
 		lp->claimed_budget -= got;
 		lp->last_work = now_mono();
 		lp->poll_delay = opt.poll;
+		lp->paused = false;
 		/*
 		 * Ask again as soon as a slot is free: a short batch may just mean
 		 * a capacity limit; only an empty one means the queue is drained.
@@ -416,7 +419,13 @@ time_to_exit(Loop *lp)
 	return false;
 }
 
-/* Collect notifications libpq has read; any of them means "claim now". */
+/*
+ * Collect notifications libpq has read; any of them means "claim now",
+ * unless the last poll found the queue paused: a paused queue hands out
+ * nothing however many items arrive, so then a notification brings the
+ * next poll no nearer than --poll after the last one, and a fleet does not
+ * poll a paused queue at the producers' rate.
+ */
 static void
 take_notifications(Loop *lp)
 {
@@ -429,7 +438,9 @@ take_notifications(Loop *lp)
 		lp->notified = true;
 		PQfreemem(nt);
 	}
-	if (lp->notified)
+	if (lp->notified && lp->paused)
+		lp->next_claim = fmin(lp->next_claim, lp->last_ask + opt.poll);
+	else if (lp->notified)
 		lp->next_claim = 0;
 	lp->notified = false;
 }
