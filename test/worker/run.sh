@@ -1070,6 +1070,18 @@ if want top; then
 	     DELETE FROM queue.worker_registry WHERE worker LIKE 'a_gone_%' OR worker = 'zz_live'" >/dev/null
 fi
 
+# -- case: queue-top talks UTF-8 whatever client encoding the environment asks
+# queue-top shows text as UTF-8 (it counts columns by UTF-8 characters and
+# shows other bytes as \x escapes): a PGCLIENTENCODING left over on a
+# legacy host must not turn a pause reason's characters into escapes.
+if want topencoding; then
+	sql "SELECT queue.create_queue('t_topencoding'); SELECT queue.pause('t_topencoding', 'Zoë: ERP down €')" >/dev/null
+	out=$(PGCLIENTENCODING=LATIN9 "$TOP" --dsn "$DSN" --once --queue t_topencoding 2>&1)
+	is "topencoding: queue-top --once exits 0 under PGCLIENTENCODING=LATIN9" "$?" 0
+	like "topencoding: ... and shows the pause reason's characters, not escapes" "$out" 'paused: Zoë: ERP down €'
+	sql "SELECT queue.drop_queue('t_topencoding')" >/dev/null
+fi
+
 # -- case: queue-top tells long worker names apart ------------------------
 # The default worker name is host-pid; a Kubernetes pod's host name is its
 # deployment's name plus a suffix, so the replicas of one deployment differ
