@@ -709,8 +709,14 @@ ensure_connection(Frame *f)
 		PQreset(conn);
 	else
 	{
-		const char *keys[] = {"connect_timeout", "dbname", "fallback_application_name", NULL};
-		const char *vals[] = {"5", dsn, "queue-top", NULL};
+		/*
+		 * NB: client_encoding comes after dbname, so neither --dsn nor
+		 * PGCLIENTENCODING overrides it: every line is shown as UTF-8
+		 * (columns counted by UTF-8 characters, other bytes escaped).
+		 */
+		const char *keys[] = {"connect_timeout", "dbname", "client_encoding",
+		"fallback_application_name", NULL};
+		const char *vals[] = {"5", dsn, "UTF8", "queue-top", NULL};
 
 		conn = PQconnectdbParams(keys, vals, 1);
 	}
