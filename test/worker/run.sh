@@ -1082,6 +1082,23 @@ if want topencoding; then
 	sql "SELECT queue.drop_queue('t_topencoding')" >/dev/null
 fi
 
+# -- case: queue-top for a reader whose queues are all closed to it -------
+# Reader grants of every queue to other roles leave a reader nothing to
+# see: queue-top says the queues may be closed to it, rather than that
+# there are none and that it should create one.
+if want topclosed; then
+	sql "CREATE ROLE qt_tenant LOGIN IN ROLE queue_reader; CREATE ROLE qt_grantee" >/dev/null
+	sql "SELECT queue.create_queue('t_topclosed'); SELECT queue.grant_queue('t_topclosed', 'qt_grantee', 'reader')" >/dev/null
+	# every other queue of this cluster closed to the tenant as well
+	sql "SELECT queue.grant_queue(queue_name, 'qt_grantee', 'reader') FROM queue.queues" >/dev/null
+	out=$("$TOP" --dsn "$DSN user=qt_tenant" --once 2>&1)
+	is "topclosed: queue-top --once exits 0" "$?" 0
+	like "topclosed: it says no queue is open to this database user" "$out" 'no queue is open to this database user'
+	is "topclosed: ... and does not suggest creating one" "$(printf '%s\n' "$out" | grep -c 'create_queue')" 0
+	sql "SELECT queue.revoke_queue(queue_name, 'qt_grantee', 'reader') FROM queue.queues;
+	     SELECT queue.drop_queue('t_topclosed'); DROP ROLE qt_grantee; DROP ROLE qt_tenant" >/dev/null
+fi
+
 # -- case: queue-top tells long worker names apart ------------------------
 # The default worker name is host-pid; a Kubernetes pod's host name is its
 # deployment's name plus a suffix, so the replicas of one deployment differ
