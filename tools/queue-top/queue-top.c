@@ -309,7 +309,24 @@ draw_queues(Frame *f)
 	if (r == NULL)
 		return;
 	if (PQntuples(r) == 0)
-		frame_line(f, C_DIM, "  (no queues yet: create one with SELECT queue.create_queue('name'))");
+	{
+		/*
+		 * An admin sees every queue; anyone else only those open to it: a
+		 * queue whose reader grants name other roles is there all the same
+		 * (the same reading as queue-worker's for a closed queue).
+		 */
+		PGresult   *a = query(f, "roles",
+							  "SELECT pg_catalog.pg_has_role('queue_admin', 'MEMBER')", 0);
+		bool		admin = a && PQntuples(a) == 1 && PQgetvalue(a, 0, 0)[0] == 't';
+
+		if (a)
+			PQclear(a);
+		if (admin)
+			frame_line(f, C_DIM, "  (no queues yet: create one with SELECT queue.create_queue('name'))");
+		else
+			frame_line(f, C_DIM, "  (no queue is open to this database user: there is none yet, or its "
+					   "reader grants name other roles; a queue_admin can run queue.grant_queue)");
+	}
 	for (int i = 0; i < PQntuples(r); i++)
 	{
 		char		oldest[16],
