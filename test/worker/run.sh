@@ -232,6 +232,29 @@ if want listen; then
 	is "listen: worker exits 0" "$?" 0
 fi
 
+# -- case: an enqueue while the worker reconnects is taken at once ---------
+# Its notification went nowhere (the worker was not listening yet): once
+# connected again the worker asks the queue at once instead of waiting for
+# its next poll.
+if want reconnwake; then
+	sql "SELECT queue.create_queue('t_reconnwake')" >/dev/null
+	"$WORKER" --dsn "$DSN application_name=reconnwake" --queue t_reconnwake --name reconnwake1 \
+		--poll 30s --max-items 1 --exec 'cat >/dev/null; echo "{}"' \
+		>"$LOG/reconnwake1.out" 2>"$LOG/reconnwake1.log" &
+	w=$!
+	PIDS+=("$w")
+	sleep 1
+	sql "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'reconnwake';
+	     SELECT pg_sleep(0.2); SELECT queue.enqueue('t_reconnwake', '{\"n\": 1}')" >/dev/null
+	if wait_for 8 "SELECT count(*) = 1 FROM queue.history WHERE queue_name = 't_reconnwake'"; then
+		ok "reconnwake: an item enqueued while the worker reconnected was done within seconds, not at the next 30 s poll"
+	else
+		notok "reconnwake: an item enqueued while the worker reconnected was done within seconds, not at the next 30 s poll"
+	fi
+	kill -TERM "$w" 2>/dev/null
+	wait "$w"
+fi
+
 # -- case: a paused queue gives nothing; the worker resumes with it -------
 if want pause; then
 	sql "SELECT queue.create_queue('t_pause'); SELECT queue.pause('t_pause', 'maintenance')" >/dev/null
