@@ -219,8 +219,12 @@ start_waiting_items(Loop *lp)
 static void
 service_database(Loop *lp)
 {
-	if (conn == NULL && now_mono() >= reconnect_at())
-		try_connect();
+	/*
+	 * Back: what was enqueued while the worker was not listening sent its
+	 * notification nowhere, so ask the queue now, not at the next poll.
+	 */
+	if (conn == NULL && now_mono() >= reconnect_at() && try_connect())
+		lp->next_claim = 0;
 	if (conn == NULL)
 		return;
 	ensure_registered();
