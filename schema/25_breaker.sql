@@ -271,6 +271,12 @@ BEGIN
     END IF;
     PERFORM queue._event(p_queue, NULL, 'breaker_closed', NULL, NULL, coalesce(p_details, '{}'));
     PERFORM queue._clear_alert(p_queue, 'breaker_open');
+    -- bots that LISTEN for the queue hear that it hands out work again,
+    -- unless the operator's pause still holds it
+    IF EXISTS (SELECT 1 FROM queue.queue_config c
+                WHERE c.queue_name = p_queue AND c.notify AND NOT c.paused) THEN
+        PERFORM pg_notify('queue_' || p_queue, '');
+    END IF;
     RETURN true;
 END
 $$;

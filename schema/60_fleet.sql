@@ -54,6 +54,10 @@ BEGIN
     IF v_paused OR v_breaker THEN
         PERFORM queue._event(v_name, NULL, 'resumed', NULL, NULL,
                              jsonb_build_object('by', session_user));
+        -- bots that LISTEN for the queue hear that it hands out work again
+        IF (SELECT c.notify FROM queue.queue_config c WHERE c.queue_name = v_name) THEN
+            PERFORM pg_notify('queue_' || v_name, '');
+        END IF;
     END IF;
 END
 $$;

@@ -259,6 +259,12 @@ BEGIN
     END IF;
     PERFORM queue._event(p_queue, NULL, 'breaker_closed', NULL, NULL, coalesce(p_details, '{}'));
     PERFORM queue._clear_alert(p_queue, 'breaker_open');
+    -- bots that LISTEN for the queue hear that it hands out work again,
+    -- unless the operator's pause still holds it
+    IF EXISTS (SELECT 1 FROM queue.queue_config c
+                WHERE c.queue_name = p_queue AND c.notify AND NOT c.paused) THEN
+        PERFORM pg_notify('queue_' || p_queue, '');
+    END IF;
     RETURN true;
 END
 $$;
@@ -355,6 +361,10 @@ BEGIN
     IF v_paused OR v_breaker THEN
         PERFORM queue._event(v_name, NULL, 'resumed', NULL, NULL,
                              jsonb_build_object('by', session_user));
+        -- bots that LISTEN for the queue hear that it hands out work again
+        IF (SELECT c.notify FROM queue.queue_config c WHERE c.queue_name = v_name) THEN
+            PERFORM pg_notify('queue_' || v_name, '');
+        END IF;
     END IF;
 END
 $$;
