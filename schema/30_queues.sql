@@ -221,6 +221,14 @@ CREATE FUNCTION queue._lock_cap_stripes(queue_name text) RETURNS int
 COMMENT ON FUNCTION queue._lock_cap_stripes(text)
     IS 'Waits for every max_in_flight stripe lock of the queue until the end of the transaction; returns the most stripes a cap has';
 
+-- The max_in_flight stripes' locks that a heartbeat's revivals of expired
+-- leases wait for, in one order (src/dequeue.c); charged is each lease's
+-- coalesce(cap_stripe, item_id).
+CREATE FUNCTION queue._lock_revival_stripes(queue_name text, charged bigint[]) RETURNS void
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'queue_lock_revival_stripes_sql';
+COMMENT ON FUNCTION queue._lock_revival_stripes(text, bigint[])
+    IS 'Waits, in ascending order, for the max_in_flight stripe locks the revivals of these leases count against, until the end of the transaction';
+
 CREATE FUNCTION queue.alter_queue(
     queue_name          text,
     lease_timeout       interval DEFAULT NULL,

@@ -66,6 +66,7 @@
 
 PG_FUNCTION_INFO_V1(queue_dequeue);
 PG_FUNCTION_INFO_V1(queue_lock_cap_stripes_sql);
+PG_FUNCTION_INFO_V1(queue_lock_revival_stripes_sql);
 
 /* Columns of the result, as declared in SQL. */
 #define DEQUEUE_NCOLS QUEUE_DEQUEUE_NCOLS
@@ -640,6 +641,52 @@ queue_lock_cap_stripes_sql(PG_FUNCTION_ARGS)
 	for (int s = 0; s < CAP_STRIPES; s++)
 		(void) queue_lock_private(name, QUEUE_LOCK_STRIPE(s), true);
 	PG_RETURN_INT32(CAP_STRIPES);
+}
+
+/*
+ * queue._lock_revival_stripes(queue_name text, charged bigint[]) returns void
+ *
+ * heartbeat revives its worker's expired leases one after another, each
+ * under the lock of the max_in_flight stripe it is charged to, which
+ * queue_cap_admits_revival waits for (other stripes it only tries).  In
+ * item order, two heartbeats whose leases are charged to the same stripes
+ * in another order would each hold one and wait for the other's.  So
+ * heartbeat first waits here for all of them, in ascending order, and its
+ * revivals then find them held.  `charged` is each expired lease's
+ * coalesce(cap_stripe, item_id), as CAP_STRIPE_OF counts it.  Nothing to
+ * do without max_in_flight.
+ */
+Datum
+queue_lock_revival_stripes_sql(PG_FUNCTION_ARGS)
+{
+	char	   *name = queue_check_name(PG_GETARG_DATUM(0), PG_ARGISNULL(0));
+	QueueConfig cfg;
+	bool		want[CAP_STRIPES];
+	int			nstripes;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	if (PG_ARGISNULL(1))
+		PG_RETURN_VOID();
+	deconstruct_array(PG_GETARG_ARRAYTYPE_P(1), INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
+					  TYPALIGN_DOUBLE, &elems, &nulls, &n);
+	if (n == 0)
+		PG_RETURN_VOID();
+	queue_spi_connect();
+	queue_load_config(name, &cfg);
+	queue_spi_finish();
+	if (cfg.max_in_flight <= 0)
+		PG_RETURN_VOID();
+	nstripes = Min(cfg.max_in_flight, CAP_STRIPES);
+	memset(want, 0, sizeof(want));
+	for (int i = 0; i < n; i++)
+		if (!nulls[i] && DatumGetInt64(elems[i]) >= 0)
+			want[DatumGetInt64(elems[i]) % nstripes] = true;
+	for (int s = 0; s < nstripes; s++)
+		if (want[s])
+			(void) queue_lock_private(name, QUEUE_LOCK_STRIPE(s), true);
+	PG_RETURN_VOID();
 }
 
 /* The queue's hint slot, or NULL; with create, a slot taken for it. */

@@ -418,6 +418,15 @@ $$;
 COMMENT ON FUNCTION queue._recover_offline(text)
     IS 'Ends the leases of offline workers on a queue; returns how many items are claimable again and how many became dead letters';
 
+-- The max_in_flight stripes' locks that a heartbeat's revivals of expired
+-- leases wait for, in one order (src/dequeue.c); charged is each lease's
+-- coalesce(cap_stripe, item_id).
+CREATE FUNCTION queue._lock_revival_stripes(queue_name text, charged bigint[]) RETURNS void
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'queue_lock_revival_stripes_sql';
+COMMENT ON FUNCTION queue._lock_revival_stripes(text, bigint[])
+    IS 'Waits, in ascending order, for the max_in_flight stripe locks the revivals of these leases count against, until the end of the transaction';
+REVOKE ALL ON FUNCTION queue._lock_revival_stripes(text, bigint[]) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION queue.heartbeat(worker text)
 RETURNS int LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
@@ -495,7 +504,17 @@ BEGIN
               FROM c WHERE c1.queue_name = c.queue_name;
         END IF;
         -- caps stay exact: an expired lease nobody re-claimed is revived
-        -- like a claim, by extend_lease, which refuses it where a cap is full
+        -- like a claim, by extend_lease, which refuses it where a cap is full.
+        -- Each revival waits for the lock of the share of max_in_flight its
+        -- lease is charged to: those locks are taken first, all of them in
+        -- one order (src/dequeue.c), never one after another in item order,
+        -- which would deadlock with another worker's heartbeat
+        PERFORM queue._lock_revival_stripes(q.queue_name, ARRAY(
+            SELECT coalesce(i.cap_stripe::bigint, i.item_id) FROM queue.item_live i
+             WHERE i.queue_name = q.queue_name AND i.worker = v_worker
+               AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
+               AND i.cancel_requested_at IS NULL
+               AND i.lease_expires_at <= v_now));
         FOR r IN
             SELECT i.item_id, i.lease_token FROM queue.item_live i
              WHERE i.queue_name = q.queue_name AND i.worker = v_worker
