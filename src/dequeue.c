@@ -563,11 +563,11 @@ worker_allowance(Datum worker)
  *		stripe `stripe`, -1 for none), which nobody re-claimed, be revived
  *		by extend_lease or heartbeat for `worker`?  A revival counts like a
  *		claim: against the queue's max_in_flight (the item's stripe, its lock
- *		waited for) and the worker's capacity (its row locked).  The caller
- *		holds the item's row lock; the locks are taken in the order items,
- *		stripe, worker row, and dequeue, which takes the stripe and the
- *		worker row first, only ever tries item locks (SKIP LOCKED), so no
- *		cycle can form.
+ *		waited for) and the worker's capacity (its row locked, if it has
+ *		one).  The caller holds the item's row lock; the locks are taken in
+ *		the order items, stripe, worker row, and dequeue, which takes the
+ *		stripe and the worker row first, only ever tries item locks (SKIP
+ *		LOCKED), so no cycle can form.
  *
  *		Where the item's own stripe is full but the cap is not, the revival
  *		is charged to another stripe with room, as a claim would be: *charge
@@ -610,6 +610,22 @@ queue_cap_admits_revival(const QueueConfig *cfg, Datum qname, Datum worker,
 		}
 		if (!fits)
 			return false;
+	}
+
+	/*
+	 * The worker's capacity, under its row lock, as dequeue counts it; a
+	 * worker without one (the cache knows, as dequeue's gates do) has no
+	 * row lock taken.  That lock is waited for while the item is held, and
+	 * the worker's heartbeat takes it while reviving a lease of one queue
+	 * before it waits for the worker's items of the next one: a bot whose
+	 * extend_lease of an expired lease ran beside its heartbeat would
+	 * deadlock with itself.
+	 */
+	{
+		QueueWorkerGates gates;
+
+		if (!queue_load_worker(worker, &gates) || !gates.has_capacity)
+			return true;
 	}
 	queue_spi_exec(queue_prepare_cached(&worker_wait_plan, WORKER_WAIT_SQL, 1, wt),
 				   &worker, NULL, false, 1, SPI_OK_SELECT, "locking worker");
