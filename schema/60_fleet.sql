@@ -207,6 +207,7 @@ DECLARE
     v_now timestamptz;
     v_start timestamptz := greatest(statement_timestamp(), transaction_timestamp());
     v_restarted timestamptz;
+    v_held bigint[];
 BEGIN
     SELECT w.session, w.restarted_at INTO v_prev, v_restarted
       FROM queue.worker_registry w WHERE w.worker = v_worker;
@@ -230,19 +231,36 @@ BEGIN
         -- the leases are locked first: whether one is unexpired is judged
         -- once it is held (after any wait for its lock), see extend_lease.
         -- All at once, never waiting for one while holding another
-        -- (_lock_items); the statement after it finds them held, and locks
-        -- in id order only a lease claimed since.
+        -- (_lock_items); the statement after it finds them held, and takes
+        -- a lease claimed since only if it is free: that claim (the bot's
+        -- work connection claiming while its heartbeat runs) is a moment
+        -- old, and waiting for it while holding the others would deadlock
+        -- with a call that holds it and waits for one of them (an
+        -- enqueue_batch naming their keys in the other order).  Under
+        -- Citus, where _lock_items leaves them all to it, it locks them in
+        -- id order.  What follows touches only the leases held here.
         PERFORM queue._lock_items(q.queue_name, ARRAY(
             SELECT i.item_id FROM queue.item_live i
              WHERE i.queue_name = q.queue_name AND i.worker = v_worker
                AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
                AND i.cancel_requested_at IS NULL));
-        PERFORM FROM queue.item_live i
-         WHERE i.queue_name = q.queue_name AND i.worker = v_worker
-           AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
-           AND i.cancel_requested_at IS NULL
-         ORDER BY i.item_id
-           FOR UPDATE;
+        IF queue.distributed() THEN
+            SELECT coalesce(array_agg(s.item_id), '{}') INTO v_held
+              FROM (SELECT i.item_id FROM queue.item_live i
+                     WHERE i.queue_name = q.queue_name AND i.worker = v_worker
+                       AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
+                       AND i.cancel_requested_at IS NULL
+                     ORDER BY i.item_id
+                       FOR UPDATE) s;
+        ELSE
+            SELECT coalesce(array_agg(s.item_id), '{}') INTO v_held
+              FROM (SELECT i.item_id FROM queue.item_live i
+                     WHERE i.queue_name = q.queue_name AND i.worker = v_worker
+                       AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
+                       AND i.cancel_requested_at IS NULL
+                     ORDER BY i.item_id
+                       FOR UPDATE SKIP LOCKED) s;
+        END IF;
         v_now := clock_timestamp();
         -- a lease runs from this statement, not from the transaction's start
         -- (nor from a procedure's CALL, see src/statement_scope.c)
@@ -252,6 +270,7 @@ BEGIN
          WHERE i.queue_name = q.queue_name AND i.worker = v_worker
            AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
            AND i.cancel_requested_at IS NULL
+           AND i.item_id = ANY (v_held)
            AND i.lease_expires_at > v_now;
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_total := v_total + v_n;
@@ -279,12 +298,14 @@ BEGIN
              WHERE i.queue_name = q.queue_name AND i.worker = v_worker
                AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
                AND i.cancel_requested_at IS NULL
+               AND i.item_id = ANY (v_held)
                AND i.lease_expires_at <= v_now));
         FOR r IN
             SELECT i.item_id, i.lease_token FROM queue.item_live i
              WHERE i.queue_name = q.queue_name AND i.worker = v_worker
                AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
                AND i.cancel_requested_at IS NULL
+               AND i.item_id = ANY (v_held)
                AND i.lease_expires_at <= v_now
              ORDER BY i.item_id
         LOOP
