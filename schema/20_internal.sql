@@ -542,7 +542,10 @@ COMMENT ON FUNCTION queue._end_lease(text, bigint, text, text, text)
 -- waits for one while it holds another: when another transaction holds
 -- one, those taken are let go again (the block's subtransaction is rolled
 -- back), the busy one is waited for alone and let go at once, and it
--- starts over; after ten rounds it waits in item id order.  heartbeat and
+-- starts over; after ten rounds it waits in item id order, unless
+-- p_wait_all is false: then it gives up and takes none (heartbeat, which
+-- goes on with the items free then and leaves the busy ones for its next
+-- call, rather than risk the deadlock this function avoids).  heartbeat and
 -- restart take a worker's items so, and purge a queue's keyed items (as
 -- complete_batch does in C, complete_direct.c), since a call that locks them in
 -- another order (enqueue_batch, which locks the holders of its keys in key
@@ -551,7 +554,8 @@ COMMENT ON FUNCTION queue._end_lease(text, bigint, text, text, text)
 -- left out.  (A subtransaction takes an xid only where it locks rows.)
 -- Under Citus the callers lock the items in id order themselves, as
 -- before: no subtransaction is rolled back over the distributed table.
-CREATE FUNCTION queue._lock_items(p_queue text, p_items bigint[])
+CREATE FUNCTION queue._lock_items(p_queue text, p_items bigint[],
+                                 p_wait_all boolean DEFAULT true)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
@@ -589,13 +593,15 @@ BEGIN
             END;
         END;
     END LOOP;
-    PERFORM FROM queue.item_live i
-     WHERE i.queue_name = p_queue AND i.item_id = ANY (p_items)
-     ORDER BY i.item_id
-       FOR UPDATE;
+    IF p_wait_all THEN
+        PERFORM FROM queue.item_live i
+         WHERE i.queue_name = p_queue AND i.item_id = ANY (p_items)
+         ORDER BY i.item_id
+           FOR UPDATE;
+    END IF;
 END
 $$;
-COMMENT ON FUNCTION queue._lock_items(text, bigint[])
+COMMENT ON FUNCTION queue._lock_items(text, bigint[], boolean)
     IS 'Locks items all at once, never waiting for one while holding another';
 
 -- The leases a restarted process of `p_worker` held in `p_queue`: those

@@ -231,7 +231,8 @@ BEGIN
         -- the leases are locked first: whether one is unexpired is judged
         -- once it is held (after any wait for its lock), see extend_lease.
         -- All at once, never waiting for one while holding another
-        -- (_lock_items); the statement after it finds them held, and takes
+        -- (_lock_items; after ten rounds that each found one busy, those
+        -- free then); the statement after it finds them held, and takes
         -- a lease claimed since only if it is free: that claim (the bot's
         -- work connection claiming while its heartbeat runs) is a moment
         -- old, and waiting for it while holding the others would deadlock
@@ -243,7 +244,7 @@ BEGIN
             SELECT i.item_id FROM queue.item_live i
              WHERE i.queue_name = q.queue_name AND i.worker = v_worker
                AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
-               AND i.cancel_requested_at IS NULL));
+               AND i.cancel_requested_at IS NULL), false);
         IF queue.distributed() THEN
             SELECT coalesce(array_agg(s.item_id), '{}') INTO v_held
               FROM (SELECT i.item_id FROM queue.item_live i

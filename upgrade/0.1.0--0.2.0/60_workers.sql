@@ -253,7 +253,10 @@ COMMENT ON FUNCTION queue._end_lease(text, bigint, text, text, text)
 -- waits for one while it holds another: when another transaction holds
 -- one, those taken are let go again (the block's subtransaction is rolled
 -- back), the busy one is waited for alone and let go at once, and it
--- starts over; after ten rounds it waits in item id order.  heartbeat and
+-- starts over; after ten rounds it waits in item id order, unless
+-- p_wait_all is false: then it gives up and takes none (heartbeat, which
+-- goes on with the items free then and leaves the busy ones for its next
+-- call, rather than risk the deadlock this function avoids).  heartbeat and
 -- restart take a worker's items so, since a call that locks them in
 -- another order (enqueue_batch, which locks the holders of its keys in key
 -- order) would otherwise wait for the one they hold while they wait for
@@ -261,7 +264,8 @@ COMMENT ON FUNCTION queue._end_lease(text, bigint, text, text, text)
 -- left out.  (A subtransaction takes an xid only where it locks rows.)
 -- Under Citus the callers lock the items in id order themselves, as
 -- before: no subtransaction is rolled back over the distributed table.
-CREATE FUNCTION queue._lock_items(p_queue text, p_items bigint[])
+CREATE FUNCTION queue._lock_items(p_queue text, p_items bigint[],
+                                 p_wait_all boolean DEFAULT true)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
@@ -299,13 +303,15 @@ BEGIN
             END;
         END;
     END LOOP;
-    PERFORM FROM queue.item_live i
-     WHERE i.queue_name = p_queue AND i.item_id = ANY (p_items)
-     ORDER BY i.item_id
-       FOR UPDATE;
+    IF p_wait_all THEN
+        PERFORM FROM queue.item_live i
+         WHERE i.queue_name = p_queue AND i.item_id = ANY (p_items)
+         ORDER BY i.item_id
+           FOR UPDATE;
+    END IF;
 END
 $$;
-COMMENT ON FUNCTION queue._lock_items(text, bigint[])
+COMMENT ON FUNCTION queue._lock_items(text, bigint[], boolean)
     IS 'Locks items all at once, never waiting for one while holding another';
 
 -- The leases a restarted process of `p_worker` held in `p_queue`: those
@@ -466,7 +472,8 @@ BEGIN
         -- the leases are locked first: whether one is unexpired is judged
         -- once it is held (after any wait for its lock), see extend_lease.
         -- All at once, never waiting for one while holding another
-        -- (_lock_items); the statement after it finds them held, and takes
+        -- (_lock_items; after ten rounds that each found one busy, those
+        -- free then); the statement after it finds them held, and takes
         -- a lease claimed since only if it is free: that claim (the bot's
         -- work connection claiming while its heartbeat runs) is a moment
         -- old, and waiting for it while holding the others would deadlock
@@ -478,7 +485,7 @@ BEGIN
             SELECT i.item_id FROM queue.item_live i
              WHERE i.queue_name = q.queue_name AND i.worker = v_worker
                AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
-               AND i.cancel_requested_at IS NULL));
+               AND i.cancel_requested_at IS NULL), false);
         IF queue.distributed() THEN
             SELECT coalesce(array_agg(s.item_id), '{}') INTO v_held
               FROM (SELECT i.item_id FROM queue.item_live i
@@ -681,7 +688,7 @@ REVOKE ALL ON FUNCTION queue._session_alive(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._record_failure(text, bigint, int, text, text, text, text, timestamptz, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._end_lease(text, bigint, text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._end_restarted_leases(text, text, timestamptz) FROM PUBLIC;
-REVOKE ALL ON FUNCTION queue._lock_items(text, bigint[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION queue._lock_items(text, bigint[], boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._end_lease_probe(text, bigint, timestamptz, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue._recover_offline(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION queue.register_worker(text, text[], int, jsonb, text[], boolean) FROM PUBLIC;
