@@ -487,13 +487,17 @@ BEGIN
                AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
                AND i.cancel_requested_at IS NULL), false);
         IF queue.distributed() THEN
-            SELECT coalesce(array_agg(s.item_id), '{}') INTO v_held
-              FROM (SELECT i.item_id FROM queue.item_live i
-                     WHERE i.queue_name = q.queue_name AND i.worker = v_worker
-                       AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
-                       AND i.cancel_requested_at IS NULL
-                     ORDER BY i.item_id
-                       FOR UPDATE) s;
+            PERFORM FROM queue.item_live i
+             WHERE i.queue_name = q.queue_name AND i.worker = v_worker
+               AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
+               AND i.cancel_requested_at IS NULL
+             ORDER BY i.item_id
+               FOR UPDATE;
+            v_held := ARRAY(
+                SELECT i.item_id FROM queue.item_live i
+                 WHERE i.queue_name = q.queue_name AND i.worker = v_worker
+                   AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
+                   AND i.cancel_requested_at IS NULL);
         ELSE
             SELECT coalesce(array_agg(s.item_id), '{}') INTO v_held
               FROM (SELECT i.item_id FROM queue.item_live i
