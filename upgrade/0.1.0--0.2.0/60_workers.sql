@@ -253,10 +253,11 @@ COMMENT ON FUNCTION queue._end_lease(text, bigint, text, text, text)
 -- waits for one while it holds another: when another transaction holds
 -- one, those taken are let go again (the block's subtransaction is rolled
 -- back), the busy one is waited for alone and let go at once, and it
--- starts over; after ten rounds it waits in item id order, unless
--- p_wait_all is false: then it gives up and takes none (heartbeat, which
--- goes on with the items free then and leaves the busy ones for its next
--- call, rather than risk the deadlock this function avoids).  heartbeat and
+-- starts over until it holds them all; with p_wait_all false it gives up
+-- after ten rounds and takes none (heartbeat, which goes on with the items
+-- free then and leaves the busy ones for its next call).  Each round waits
+-- for a transaction that holds an item, so it ends once they let go; it
+-- never waits in item id order while holding some.  heartbeat and
 -- restart take a worker's items so, since a call that locks them in
 -- another order (enqueue_batch, which locks the holders of its keys in key
 -- order) would otherwise wait for the one they hold while they wait for
@@ -271,11 +272,14 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     v_free bigint[];
     v_busy bigint[];
+    v_round int := 0;
 BEGIN
     IF coalesce(cardinality(p_items), 0) = 0 OR queue.distributed() THEN
         RETURN;
     END IF;
-    FOR v_try IN 1..10 LOOP
+    LOOP
+        v_round := v_round + 1;
+        EXIT WHEN NOT p_wait_all AND v_round > 10;
         BEGIN
             SELECT array_agg(s.item_id) INTO v_free
               FROM (SELECT i.item_id FROM queue.item_live i
@@ -303,12 +307,6 @@ BEGIN
             END;
         END;
     END LOOP;
-    IF p_wait_all THEN
-        PERFORM FROM queue.item_live i
-         WHERE i.queue_name = p_queue AND i.item_id = ANY (p_items)
-         ORDER BY i.item_id
-           FOR UPDATE;
-    END IF;
 END
 $$;
 COMMENT ON FUNCTION queue._lock_items(text, bigint[], boolean)
