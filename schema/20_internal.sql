@@ -614,17 +614,38 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     r record;
     v_ended boolean := false;
+    v_held bigint[] := '{}';
 BEGIN
     PERFORM queue._lock_items(p_queue, ARRAY(
         SELECT i.item_id FROM queue.item_live i
          WHERE i.queue_name = p_queue AND i.worker = p_worker
            AND i.lease_token IS NOT NULL AND (p_before IS NULL OR i.claimed_at < p_before)));
-    FOR r IN
-        SELECT i.item_id FROM queue.item_live i
-         WHERE i.queue_name = p_queue AND i.worker = p_worker
-           AND i.lease_token IS NOT NULL AND (p_before IS NULL OR i.claimed_at < p_before)
-         ORDER BY i.item_id
-           FOR UPDATE
+    -- the leases held now; one claimed since (its claim committed while
+    -- the items were being taken) is taken only if it is free: waiting for
+    -- it while holding the others would deadlock with a call that holds it
+    -- and waits for one of them (an enqueue_batch naming their keys in the
+    -- other order).  A claim the replaced process made before the restart
+    -- is ended by the worker's next heartbeat (restarted_at).  Under Citus,
+    -- where _lock_items leaves them all to it, it waits for them in id order.
+    IF queue.distributed() THEN
+        FOR r IN
+            SELECT i.item_id FROM queue.item_live i
+             WHERE i.queue_name = p_queue AND i.worker = p_worker
+               AND i.lease_token IS NOT NULL AND (p_before IS NULL OR i.claimed_at < p_before)
+             ORDER BY i.item_id
+               FOR UPDATE
+        LOOP
+            v_held := v_held || r.item_id;
+        END LOOP;
+    ELSE
+        SELECT array_agg(s.item_id ORDER BY s.item_id) INTO v_held
+          FROM (SELECT i.item_id FROM queue.item_live i
+                 WHERE i.queue_name = p_queue AND i.worker = p_worker
+                   AND i.lease_token IS NOT NULL AND (p_before IS NULL OR i.claimed_at < p_before)
+                 ORDER BY i.item_id
+                   FOR UPDATE SKIP LOCKED) s;
+    END IF;
+    FOR r IN SELECT u.item_id FROM unnest(v_held) AS u(item_id) ORDER BY 1
     LOOP
         PERFORM queue._end_lease(p_queue, r.item_id, 'lease_expired',
                                  'worker restarted', 'worker_restarted');
