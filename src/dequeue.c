@@ -406,10 +406,12 @@ run_count(SPIPlanPtr plan, Datum *values)
  *		How many more leases stripe s (of nstripes, of the queue's cap) may
  *		take now: its share less its current leases and less the other
  *		stripes' leases beyond their shares (IN_FLIGHT_SQL).  The caller
- *		holds the stripe's lock.  May be zero or negative.
+ *		holds the stripe's lock.  May be zero or negative.  Sets
+ *		*excess_blocks when the stripe is below its share and only the
+ *		other stripes' excess leaves it no room (see stripes_free_all).
  */
 static int64
-stripe_room(Datum qname, int s, int nstripes, int32 cap)
+stripe_room(Datum qname, int s, int nstripes, int32 cap, bool *excess_blocks)
 {
 	Oid			ct[4] = {TEXTOID, INT2OID, INT2OID, INT4OID};
 	Datum		cv[4];
@@ -427,7 +429,61 @@ stripe_room(Datum qname, int s, int nstripes, int32 cap)
 						   "dequeue count query");
 	own = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	excess = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	/* its share has room that only the other stripes' excess takes away */
+	if (excess_blocks != NULL && own < share && share - own - excess <= 0)
+		*excess_blocks = true;
 	return share - own - excess;
+}
+
+/*
+ * stripes_free_all
+ *		The free places under the queue's cap, counted under the locks of
+ *		all its stripes, or -1 when another transaction holds one of them
+ *		(tried, never waited for).  free_share[t] is what stripe t may
+ *		still take without going past its share.
+ *
+ *		stripe_room takes what stripes hold beyond their shares (a cap
+ *		lowered while leases were out) off every other stripe's room, which
+ *		keeps the cap exact while each stripe claims under its own lock but
+ *		leaves free places unclaimable once the leases of the other stripes
+ *		have ended: with a cap of 4 over four stripes and two leases left
+ *		on one of them, every other stripe's room is 1 - 0 - 1 = 0.
+ *		Holding every stripe's lock, nobody else claims or revives, so the
+ *		cap less all current leases can be claimed, each new lease charged
+ *		to a stripe below its share (their free shares add up to at least
+ *		that); no stripe then goes past its share, so the excess still
+ *		only shrinks and stripe_room stays exact.
+ */
+static int64
+stripes_free_all(const char *queue_name, Datum qname, int nstripes, int32 cap,
+				 int64 *free_share)
+{
+	int64		total = 0;
+
+	for (int t = 0; t < nstripes; t++)
+	{
+		if (!queue_lock_private(queue_name, QUEUE_LOCK_STRIPE(t), false))
+			return -1;
+	}
+	for (int t = 0; t < nstripes; t++)
+	{
+		Oid			ct[4] = {TEXTOID, INT2OID, INT2OID, INT4OID};
+		Datum		cv[4];
+		int32		share = cap / nstripes + (t < cap % nstripes ? 1 : 0);
+		bool		isnull;
+		int64		own;
+
+		cv[0] = qname;
+		cv[1] = Int16GetDatum((int16) t);
+		cv[2] = Int16GetDatum((int16) nstripes);
+		cv[3] = Int32GetDatum(cap);
+		queue_spi_count_latest(queue_prepare_cached(&in_flight_plan, IN_FLIGHT_SQL, 4, ct), cv,
+							   "dequeue count query");
+		own = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		free_share[t] = Max(share - own, 0);
+		total += own;
+	}
+	return Max(cap - total, 0);
 }
 
 /*
@@ -593,8 +649,10 @@ queue_cap_admits_revival(const QueueConfig *cfg, Datum qname, Datum worker,
 		int			s = (int) ((stripe >= 0 ? (int64) stripe : item_id) % nstripes);
 		bool		fits;
 
+		bool		excess_blocks = false;
+
 		(void) queue_lock_private(cfg->queue_name, QUEUE_LOCK_STRIPE(s), true);
-		fits = stripe_room(qname, s, nstripes, cfg->max_in_flight) > 0;
+		fits = stripe_room(qname, s, nstripes, cfg->max_in_flight, &excess_blocks) > 0;
 		for (int k = 1; !fits && k < nstripes; k++)
 		{
 			int			t = (s + k) % nstripes;
@@ -602,10 +660,28 @@ queue_cap_admits_revival(const QueueConfig *cfg, Datum qname, Datum worker,
 			/* another dequeuer holds this stripe: try the next */
 			if (!queue_lock_private(cfg->queue_name, QUEUE_LOCK_STRIPE(t), false))
 				continue;
-			if (stripe_room(qname, t, nstripes, cfg->max_in_flight) > 0)
+			if (stripe_room(qname, t, nstripes, cfg->max_in_flight, &excess_blocks) > 0)
 			{
 				fits = true;
 				*charge = t;
+			}
+		}
+		/* a free place that only other stripes' excess hid (see above) */
+		if (!fits && excess_blocks)
+		{
+			int64		free_share[CAP_STRIPES];
+
+			if (stripes_free_all(cfg->queue_name, qname, nstripes, cfg->max_in_flight,
+								 free_share) > 0)
+			{
+				for (int t = 0; !fits && t < nstripes; t++)
+				{
+					if (free_share[t] > 0)
+					{
+						fits = true;
+						*charge = (t == s) ? -1 : t;
+					}
+				}
 			}
 		}
 		if (!fits)
@@ -1646,6 +1722,8 @@ queue_dequeue(PG_FUNCTION_ARGS)
 		/* Queue cap: each stripe's count and claim under its own lock. */
 		int			nstripes = Min(cfg.max_in_flight, CAP_STRIPES);
 		int			first = (int) (pg_prng_uint32(&pg_global_prng_state) % nstripes);
+		bool		excess_blocks = false;
+		bool		ran_out = false;
 
 		for (int k = 0; k < nstripes && nclaimed < want; k++)
 		{
@@ -1657,14 +1735,43 @@ queue_dequeue(PG_FUNCTION_ARGS)
 			/* another dequeuer holds this stripe: try the next */
 			if (!queue_lock_private(queue_name, QUEUE_LOCK_STRIPE(s), false))
 				continue;
-			room = stripe_room(qname, s, nstripes, cfg.max_in_flight);
+			room = stripe_room(qname, s, nstripes, cfg.max_in_flight, &excess_blocks);
 			if (room <= 0)
 				continue;
 			ask = Min(room, want - nclaimed);
 			got = claim_items(&ctx, ask, s);
 			nclaimed += got;
 			if (got < ask)
+			{
+				ran_out = true;
 				break;			/* nothing more to claim */
+			}
+		}
+
+		/*
+		 * Free places under the cap that only the excess of other stripes
+		 * hid (stripes_free_all): claimed under every stripe's lock, each
+		 * charged to a stripe below its share.
+		 */
+		if (excess_blocks && !ran_out && nclaimed < want)
+		{
+			int64		free_share[CAP_STRIPES];
+			int64		free_total = stripes_free_all(queue_name, qname, nstripes,
+													  cfg.max_in_flight, free_share);
+
+			for (int t = 0; t < nstripes && free_total > 0 && nclaimed < want; t++)
+			{
+				int64		ask = Min(Min(free_share[t], free_total), want - nclaimed);
+				int64		got;
+
+				if (ask <= 0)
+					continue;
+				got = claim_items(&ctx, ask, t);
+				nclaimed += got;
+				free_total -= got;
+				if (got < ask)
+					break;		/* nothing more to claim */
+			}
 		}
 	}
 	probe_id = ctx.probe_id;
