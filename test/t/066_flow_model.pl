@@ -3,7 +3,8 @@
 # Model-based test of flow control and routing (SPEC "Flow control and
 # routing" with section 1): a reference model in Perl of what dequeue may
 # hand out when ordered groups (both group_on_dead settings), per-key caps
-# (set, changed and dropped while items are in flight), a per-key rate,
+# (set, changed and dropped while items are in flight), the queue's cap
+# changed while items are in flight, a per-key and a queue-wide rate,
 # capability routing (requires against the labels of registered, relabelled
 # and unknown workers), the queue's max_in_flight and the workers'
 # capacity combine, with priorities, run_at ahead, hold / unhold, cancel
@@ -21,8 +22,13 @@
 # model says.
 #
 # Time is kept out of the way: items are either claimable now or scheduled
-# an hour ahead, leases are five minutes long (the run takes less), and
-# the one rate is per hour, so its window never slides during the run.
+# an hour ahead, a lease is either five minutes long (the run takes less)
+# or one microsecond (it has run out by the next statement: the item is
+# claimable again, holds no place under any cap, and extend_lease revives
+# it only where the caps leave room), and the rates are per hour, so their
+# windows never slide during the run.  A short lease is taken only where
+# no item of the batch is on its last attempt: the SPEC lets a claim or
+# sweep bury a spent lost lease, which the item model covers.
 #
 # QUEUE_FLOW_MODEL_SEED, QUEUE_FLOW_MODEL_STEPS and
 # QUEUE_FLOW_MODEL_SECONDS choose another sequence; the seed is printed
@@ -70,6 +76,9 @@ sub session
 		extra_params => [ '-U', $role ]);
 	$s->query("\\set VERBOSITY sqlstate");
 	$s->query("SET client_min_messages = error");
+	# A busy session may start its claims where its last one found its
+	# row (README, Consuming, "Order"); the model claims from the head.
+	$s->query("SET queue.claim_hint_threshold = -1");
 	$s->{stderr} = '';
 	return $s;
 }
@@ -163,7 +172,7 @@ sub new_item
 		sched => $a{sched} ? 1 : 0, attempt => 0,
 		max => $qconf{$q}{max_attempts}, prio => $a{prio} // 2,
 		gk => $a{gk}, lk => $a{lk}, req => $a{req} // [], ctime => $T,
-		token => undef, cancel => 0, worker => undef,
+		token => undef, cancel => 0, worker => undef, lease_out => 0,
 	};
 	$items{ key($q, $id) } = $it;
 	return $it;
@@ -236,6 +245,7 @@ sub back_in_line
 	$it->{st} = $later ? 'scheduled' : 'queued';
 	$it->{sched} = $later ? 1 : 0;
 	$it->{ctime} = $T;
+	$it->{lease_out} = 0;
 }
 
 # Claim order: effective priority, the time it became claimable, id.
@@ -251,24 +261,43 @@ sub can_take
 sub claimable
 {
 	my ($q, $w) = @_;
-	my @c = sort by_order grep { $_->{st} eq 'queued' && is_head($_) } q_items($q);
+	my @c = sort by_order grep { ($_->{st} eq 'queued' || lost($_)) && is_head($_) } q_items($q);
 	my @r = grep { can_take($w, $_) } @c;
 	$seen{unroutable} += @c - @r;
 	return @r;
 }
 
+# A lease that ran out and nobody re-claimed: claimable again, in line from
+# the lease's end, holding no place under any cap while it stays so.
+sub lost { my ($it) = @_; return $it->{st} eq 'processing' && $it->{lease_out}; }
+sub holds { my ($it) = @_; return $it->{st} eq 'processing' && !$it->{lease_out}; }
+
 sub in_flight
 {
 	my ($q, $lk) = @_;
 	return scalar grep {
-		$_->{st} eq 'processing' && (!defined $lk || (defined $_->{lk} && $_->{lk} eq $lk))
+		holds($_) && (!defined $lk || (defined $_->{lk} && $_->{lk} eq $lk))
 	} q_items($q);
 }
 
 sub worker_in_flight
 {
 	my ($w) = @_;
-	return scalar grep { $_->{st} eq 'processing' && $_->{worker} eq $w } values %items;
+	return scalar grep { holds($_) && $_->{worker} eq $w } values %items;
+}
+
+# Whether one more lease of this item fits the queue's cap, its key's cap
+# and the worker's capacity (a revival by extend_lease asks them all).
+sub fits
+{
+	my ($it, $w) = @_;
+	my $q = $it->{q};
+	return 0 if defined $qconf{$q}{cap} && in_flight($q) >= $qconf{$q}{cap};
+	return 0 if defined $capacity{$w} && worker_in_flight($w) >= $capacity{$w};
+	my $lk = $it->{lk};
+	return 0 if defined $lk && $limits{$q}{$lk} && defined $limits{$q}{$lk}{cap}
+	  && in_flight($q, $lk) >= $limits{$q}{$lk}{cap};
+	return 1;
 }
 
 # ------------------------------------------------------------ the calls
@@ -386,13 +415,17 @@ sub do_dequeue
 	my ($q) = @_;
 	my $w = pick('w1', 'w2', 'w3', 'w4');
 	my $n = 1 + int(rand(6));
+	my @taken = model_dequeue($q, $w, $n);
+	# a lease that runs out at once, where none of the items is on its
+	# last attempt (a spent lost lease a claim "may" bury is left out)
+	my $short = rand() < 0.25 && !grep { $_->{attempt} + 1 >= $_->{max} } @taken;
 	my $sql = "SELECT string_agg(item_id || ':' || lease_token || ':' || attempt, ' ' ORDER BY ord) "
-	  . "FROM queue.dequeue('$q', '$w', $n) WITH ORDINALITY AS d(item_id, lease_token, payload, progress, attempt, max_attempts, priority, enqueued_at, lease_expires_at, dedup_key, correlation_id, ord)";
+	  . "FROM queue.dequeue('$q', '$w', $n" . ($short ? ", lease_timeout => '1 microsecond'" : '') . ") WITH ORDINALITY AS d(item_id, lease_token, payload, progress, attempt, max_attempts, priority, enqueued_at, lease_expires_at, dedup_key, correlation_id, ord)";
 	my ($got, $e) = run($sess{ $wconn{$w} }, $sql);
 	push @trail, "[$w] $sql => " . ($e // $got);
 	if ($e) { mismatch($sql, "error $e", 'rows'); return; }
-	my @taken = model_dequeue($q, $w, $n);
 	$seen{handed_out} += @taken;
+	$seen{lost_reclaimed} += grep { lost($_) } @taken;
 	$seen{batches} += @taken > 1;
 	my @rows = map { [ split /:/ ] } split / /, $got;
 	my $ok = @rows == @taken;
@@ -409,8 +442,11 @@ sub do_dequeue
 	{
 		my $it = $taken[$i];
 		$it->{attempt}++;
+		push @stale, $it->{token} if defined $it->{token};
 		$it->{token} = $rows[$i][1];
 		$it->{st} = 'processing';
+		$it->{lease_out} = $short ? 1 : 0;
+		$it->{ctime} = $T + 0.5;
 		$it->{sched} = 0;
 		$it->{worker} = $w;
 		$claims{$q}{ $it->{lk} }++ if defined $it->{lk} && $limits{$q}{ $it->{lk} } && defined $limits{$q}{ $it->{lk} }{rate};
@@ -500,6 +536,9 @@ sub do_release
 {
 	my ($q) = @_;
 	my $it = processing_item($q, 0.9);
+	# a late release of a lost lease gives its attempt back or not
+	# depending on whether a claim met it first: left to the item model
+	return if $it->{lease_out};
 	my $tok = a_token($it);
 	my $later = rand() < 0.25;
 	my $sql = "SELECT queue.release('$q', $it->{id}, $tok"
@@ -530,8 +569,14 @@ sub do_hold
 	my $sql = "SELECT queue.hold('$q', $it->{id}, 'why')";
 	my ($got, $e) = run($sess{admin}, $sql);
 	push @trail, "$sql => " . ($e // $got);
-	my $want = $it->{st} =~ /^(queued|scheduled)$/ ? 't' : 'f';
-	$it->{st} = 'on_hold' if $want eq 't';
+	my $want = $it->{st} =~ /^(queued|scheduled)$/ || lost($it) ? 't' : 'f';
+	if ($want eq 't')
+	{
+		push @stale, $it->{token} if defined $it->{token};
+		$it->{token} = undef;
+		$it->{st} = 'on_hold';
+		$it->{lease_out} = 0;
+	}
 	expect_eq($sql, $e ? "error $e" : $got, $want);
 }
 
@@ -560,7 +605,7 @@ sub do_cancel
 	my ($got, $e) = run($sess{admin}, $sql);
 	push @trail, "$sql => " . ($e // $got);
 	my $want = 'f';
-	if ($it->{st} =~ /^(queued|scheduled|on_hold)$/)
+	if ($it->{st} =~ /^(queued|scheduled|on_hold)$/ || lost($it))
 	{
 		$want = 't';
 		bury($it, 'cancelled', undef);
@@ -657,6 +702,39 @@ sub do_drop_limit
 	delete $limits{$q}{$k};
 }
 
+# extend_lease renews a lease; one that ran out is revived only where the
+# queue's cap, the key's cap and the worker's capacity leave room.
+sub do_extend
+{
+	my ($q) = @_;
+	my $it = processing_item($q, 0.95);
+	my $tok = a_token($it);
+	my $sql = "SELECT queue.extend_lease('$q', $it->{id}, $tok) IS NOT NULL";
+	my ($got, $e) = run(wsess($it), $sql);
+	push @trail, "$sql => " . ($e // $got);
+	my $want = 'f';
+	if (current($it, $tok) && !$it->{cancel} && (!$it->{lease_out} || fits($it, $it->{worker})))
+	{
+		$want = 't';
+		$seen{revived}++ if $it->{lease_out};
+		$it->{lease_out} = 0;
+	}
+	$seen{revival_refused}++ if current($it, $tok) && !$it->{cancel} && $want eq 'f';
+	expect_eq($sql, $e ? "error $e" : $got, $want);
+}
+
+# The queue's max_in_flight changes while items are in flight (0: off).
+sub do_queue_cap
+{
+	my ($q) = @_;
+	my $cap = int(rand(8));
+	my $sql = "SELECT queue.alter_queue('$q', max_in_flight => $cap)";
+	my ($got, $e) = run($sess{admin}, $sql);
+	push @trail, "$sql => " . ($e // 'ok');
+	if ($e) { mismatch($sql, "error $e", 'ok'); return; }
+	$qconf{$q}{cap} = $cap ? $cap : undef;
+}
+
 # The queue-wide rate of fb is raised a little above what was claimed.
 sub do_queue_rate
 {
@@ -708,8 +786,8 @@ sub model_rows
 	{
 		if (is_live($it))
 		{
-			push @r, join(',', $it->{id}, $it->{st}, $it->{attempt}, $it->{prio},
-				$it->{st} eq 'processing' ? $it->{worker} : '-', $it->{cancel} ? 'c' : '-');
+			push @r, join(',', $it->{id}, lost($it) ? 'queued' : $it->{st}, $it->{attempt}, $it->{prio},
+				holds($it) ? $it->{worker} : '-', $it->{cancel} ? 'c' : '-');
 		}
 		elsif ($it->{st} eq 'dead')
 		{
@@ -742,7 +820,8 @@ sub check
 	my ($q) = @_;
 	my ($rows) = run($sess{read}, qq{
 	SELECT string_agg(x, ';\n' ORDER BY id) FROM (
-	  SELECT item_id AS id, concat_ws(',', item_id, state, attempt, priority, coalesce(worker, '-'),
+	  SELECT item_id AS id, concat_ws(',', item_id, state, attempt, priority,
+	         CASE WHEN state = 'processing' THEN worker ELSE '-' END,
 	         CASE WHEN cancel_requested_at IS NULL THEN '-' ELSE 'c' END) AS x
 	    FROM queue.items WHERE queue_name = '$q'
 	  UNION ALL
@@ -766,7 +845,8 @@ my @ops = (
 	[ 3, \&do_release ], [ 3, \&do_hold ], [ 3, \&do_unhold ], [ 4, \&do_cancel ],
 	[ 4, \&do_replay ], [ 4, \&do_review ], [ 2, \&do_set_limit ],
 	[ 1, \&do_drop_limit ], [ 1, sub { do_relabel() } ], [ 0.4, \&do_group_on_dead ],
-	[ 2, sub { do_queue_rate() } ]);
+	[ 2, sub { do_queue_rate() } ], [ 1, \&do_queue_cap ],
+	[ 4, \&do_extend ]);
 my $total = 0;
 $total += $_->[0] for @ops;
 
@@ -801,6 +881,9 @@ if (defined $fail_msg)
 	diag("live items:\n" . $node->safe_psql('postgres',
 		"SELECT queue_name, item_id, state, priority, attempt, group_key, limit_key, requires, waiting, worker, run_at, enqueued_at FROM queue.items ORDER BY 1, 2"));
 	diag("model:\n" . join("\n", map { my $it = $_; join(' ', map { "$_=" . ($it->{$_} // '') } qw(q id st attempt prio gk lk ctime worker cancel)) . ' req=' . join('+', @{ $it->{req} }) } sort { $a->{q} cmp $b->{q} || $a->{id} <=> $b->{id} } grep { is_live($_) } values %items));
+	diag("model caps: " . join(' ', map { "$_: cap " . ($qconf{$_}{cap} // '-') . ', limits ' . model_limits($_) } @queues));
+	diag("queues and limits:\n" . $node->safe_psql('postgres',
+		"SELECT queue_name, max_in_flight, group_on_dead FROM queue.queues ORDER BY 1; SELECT * FROM queue.limits ORDER BY 1, 2; SELECT * FROM queue.flow_claim ORDER BY at"));
 	diag("blocked groups: " . join(' ', map { "$_ by $blocker{$_}{id}" } sort keys %blocker));
 	diag("replays at the head: " . join(' ', map { "$_: $override{$_}{id}" } sort keys %override));
 }
