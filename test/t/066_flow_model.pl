@@ -835,6 +835,40 @@ sub check
 	my ($l) = run($sess{read},
 		"SELECT string_agg(concat_ws(':', coalesce(limit_key, '*'), coalesce(max_in_flight::text, '-'), coalesce(rate::text, '-'), in_flight, claims_in_window), ' ' ORDER BY limit_key) FROM queue.limits WHERE queue_name = '$q'");
 	expect_eq("limits of queue $q", $l, model_limits($q));
+	my ($w) = run($sess{read},
+		"SELECT string_agg(item_id || ':' || coalesce(waiting, '-'), ' ' ORDER BY item_id) FROM queue.items WHERE queue_name = '$q' AND state IN ('queued', 'scheduled')");
+	for (split / /, $w // '')
+	{
+		my ($id, $why) = split /:/;
+		my $it = $items{ key($q, $id) } or next;
+		my %may = map { $_ => 1 } waiting_reasons($it);
+		my $want = %may ? join('|', sort keys %may) : '-';
+		$seen{"waiting_$why"}++;
+		expect_eq("items.waiting of $q/$id", $why, $want) unless $may{$why} || $why eq $want;
+	}
+}
+
+# Why a queued item is not handed out (items.waiting): it waits behind its
+# group's head, its key is full or throttled, or the queue's rate is used
+# up; where several hold, the product may name any of them.  A scheduled
+# group member that is not the head says blocked_by_group too.
+sub waiting_reasons
+{
+	my ($it) = @_;
+	my $q = $it->{q};
+	return is_head($it) ? () : ('blocked_by_group') if $it->{st} eq 'scheduled';
+	return () unless $it->{st} eq 'queued' || lost($it);
+	my @r;
+	push @r, 'blocked_by_group' unless is_head($it);
+	my $lk = $it->{lk};
+	if (defined $lk && $limits{$q}{$lk})
+	{
+		my $l = $limits{$q}{$lk};
+		push @r, 'limit_full' if defined $l->{cap} && in_flight($q, $lk) >= $l->{cap};
+		push @r, 'throttled' if defined $l->{rate} && ($claims{$q}{$lk} // 0) >= $l->{rate};
+	}
+	push @r, 'throttled' if $limits{$q}{'*'} && ($claims{$q}{'*'} // 0) >= $limits{$q}{'*'}{rate};
+	return @r;
 }
 
 # ------------------------------------------------------------ the run
