@@ -115,8 +115,8 @@ my %sess = (
 	read  => session('f_read'));
 
 # The workers: w1 and w2 registered with labels (w1 with a capacity), w4
-# registered without labels and relabelled now and then by the admin, w3
-# never registered (an unknown worker).  Each works from one connection.
+# registered without labels and given other labels and another capacity
+# now and then by the admin, w3 never registered (an unknown worker).  Each works from one connection.
 my %wconn = (w1 => 'c1', w3 => 'c1', w2 => 'c2', w4 => 'c2');
 my %labels = (w1 => ['gpu'], w2 => [ 'gpu', 'sap' ], w3 => [], w4 => []);
 my %capacity = (w1 => 3, w4 => 2);
@@ -773,11 +773,13 @@ sub do_queue_rate
 sub do_relabel
 {
 	my $l = pick([], ['gpu'], ['sap'], [ 'gpu', 'sap' ]);
-	my $sql = "SELECT queue.register_worker('w4', capacity => 2, labels => " . arr($l) . "::text[])";
+	my $cap = 1 + int(rand(3));
+	my $sql = "SELECT queue.register_worker('w4', capacity => $cap, labels => " . arr($l) . "::text[])";
 	my ($got, $e) = run($sess{admin}, $sql);
 	push @trail, "$sql => " . ($e // 'ok');
 	if ($e) { mismatch($sql, "error $e", 'ok'); return; }
 	$labels{w4} = $l;
+	$capacity{w4} = $cap;
 }
 
 # Switching a queue from 'block' to 'continue' lets the groups its dead
