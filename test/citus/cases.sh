@@ -222,6 +222,40 @@ case_heartbeat() {
 		"heartbeat from another session leaves the delegated claim's lease alone"
 }
 
+# A producer's enqueue_batch whose dedup keys are held by items a bot is
+# processing never deadlocks with that bot's heartbeat or its restart on a
+# distributed queue (test/specs/dedup_batch_vs_heartbeat.spec on one
+# server): x (key kb) and y (key ka) are the bot's; another producer holds
+# y in an open transaction, the batch (ka, kb) waits for it, and the bot's
+# heartbeat, then its restart, comes in between.  Both calls succeed.
+case_key_holders() {
+	local q call out i=0 bot other batch
+	q=$(queue_on_worker 1 kh_) || { ok 1 "a queue name on worker 1"; return; }
+	cpsql -c "SELECT queue.create_queue('$q')" >/dev/null
+	for call in "queue.heartbeat('kh-bot')" "queue.register_worker('kh-bot', restart => true)"; do
+		i=$((i + 1))
+		cpsql -c "SELECT queue.enqueue('$q', '{\"n\": \"x\"}', dedup_key => 'kb$i')" \
+			-c "SELECT queue.enqueue('$q', '{\"n\": \"y\"}', dedup_key => 'ka$i')" >/dev/null
+		# the bot claims both, and makes its call from the same session later
+		cpsql -c "SELECT count(*) FROM queue.dequeue('$q', 'kh-bot', 2)" -c "SELECT pg_sleep(1.5)" \
+			-c "SELECT $call" >"$BASE/kh_bot.out" 2>&1 &
+		bot=$!
+		sleep 0.3
+		cpsql -c "BEGIN" -c "SELECT count(*) FROM queue.enqueue_batch('$q', ARRAY['{}']::jsonb[], dedup_keys => ARRAY['ka$i'])" \
+			-c "SELECT pg_sleep(2.5)" -c "COMMIT" >"$BASE/kh_other.out" 2>&1 &
+		other=$!
+		sleep 0.5
+		cpsql -c "SELECT count(*) FROM queue.enqueue_batch('$q', ARRAY['{}', '{}']::jsonb[], dedup_keys => ARRAY['ka$i', 'kb$i'])" \
+			>"$BASE/kh_batch.out" 2>&1 &
+		batch=$!
+		wait $bot $other $batch
+		out=$(cat "$BASE/kh_bot.out" "$BASE/kh_batch.out")
+		is "" "$(printf '%s\n' "$out" | grep -A2 'ERROR')" \
+			"an enqueue_batch of keys a bot's items hold and the bot's $call: no deadlock"
+		is 2 "$(cat "$BASE/kh_batch.out")" "the batch returns the holders' ids ($call)"
+	done
+}
+
 # set_limit / drop_limit on a distributed queue, and the cap they set
 # holding in dequeue.
 case_flow() {
@@ -616,7 +650,7 @@ case_regress() {
 	ok $st "regress subset on the coordinator ($(echo $tests | wc -w) tests)"
 }
 
-for c in distribute api single_shard heartbeat flow lost_lease dedup readers capacity workers mixed per_row drop tools listen no_double_claim regress kill9 shard_move; do
+for c in distribute api single_shard heartbeat key_holders flow lost_lease dedup readers capacity workers mixed per_row drop tools listen no_double_claim regress kill9 shard_move; do
 	# distribute always runs: the others need it
 	if [ $c = distribute ] || want_case $c; then
 		echo "# case $c"
