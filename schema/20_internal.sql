@@ -564,7 +564,7 @@ DECLARE
     v_busy bigint[];
     v_round int := 0;
 BEGIN
-    IF coalesce(cardinality(p_items), 0) = 0 OR queue.distributed() THEN
+    IF coalesce(cardinality(p_items), 0) = 0 THEN
         RETURN;
     END IF;
     LOOP
@@ -616,7 +616,8 @@ DECLARE
     v_ended boolean := false;
     v_held bigint[] := '{}';
 BEGIN
-    PERFORM queue._lock_items(p_queue, ARRAY(
+    -- (the ids first: see _lock_items)
+    v_ids := ARRAY(
         SELECT i.item_id FROM queue.item_live i
          WHERE i.queue_name = p_queue AND i.worker = p_worker
            AND i.lease_token IS NOT NULL AND (p_before IS NULL OR i.claimed_at < p_before)));
