@@ -441,10 +441,14 @@ BEGIN
     -- -infinity) stays until the worker comes.
     IF queue.distributed() THEN
         -- Citus refuses a write of a reference table (worker_registry)
-        -- that reads a distributed one: the workers holding items first
+        -- that reads a distributed one: the workers holding items first.
+        -- The queues too, in a statement of their own: a statement over
+        -- every shard that joins a reference table is refused once this
+        -- transaction wrote a node's placements over more than one
+        -- connection, as Citus does when a node answers slowly.
+        v_busy := ARRAY(SELECT c.queue_name FROM queue.queue_config c);
         v_busy := ARRAY(SELECT DISTINCT i.worker FROM queue.item_live i
-                          JOIN queue.queue_config c ON c.queue_name = i.queue_name
-                         WHERE i.worker IS NOT NULL);
+                         WHERE i.queue_name = ANY (v_busy) AND i.worker IS NOT NULL);
         WITH gone AS (
             DELETE FROM queue.worker_registry w
              WHERE w.last_seen < now() - greatest(interval '1 day',
