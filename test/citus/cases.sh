@@ -287,6 +287,37 @@ $b|0" "$out" "sweep() over several connections per node, with a dropped queue's 
 	is t "$out" "run_sweep() and snapshot_metrics() over several connections per node"
 }
 
+# Ordered groups on a distributed queue (sql/group_life.sql on one
+# server): a dequeue that dead-letters the group's head it meets (expired,
+# or a lost lease on its last attempt) hands out the group's next member in
+# the same call, and the group still has one head.
+case_group_move_on() {
+	local q out
+	gmpsql() { local u=$1; shift; "$BINDIR/psql" -h "$BASE" -p "$COORD_PORT" -U "$u" -d postgres -qAtX "$@"; }
+	q=$(queue_on_worker 2 gm_) || { ok 1 "a queue name on worker 2"; return; }
+	cpsql -c "SET client_min_messages = warning" \
+		-c "CREATE ROLE gm_producer LOGIN IN ROLE queue_producer" -c "CREATE ROLE gm_worker LOGIN IN ROLE queue_worker" \
+		-c "SELECT queue.create_queue('$q', max_attempts => 1)" >/dev/null
+	gmpsql gm_producer -c "SELECT queue.enqueue('$q', '{\"n\": 1}', group_key => 'a', expires_at => clock_timestamp() + interval '300 ms')" \
+		-c "SELECT queue.enqueue('$q', '{\"n\": 2}', group_key => 'a')" -c "SELECT queue.enqueue('$q', '{\"n\": 3}', group_key => 'a')" >/dev/null
+	sleep 0.5
+	is 2 "$(gmpsql gm_worker -c "SELECT payload->>'n' FROM queue.dequeue('$q', 'gm-w', batch_size => 10)" 2>&1)" \
+		"a dequeue that buries an expired group head hands out the next member"
+	is "1|expired" "$(cpsql -c "SELECT payload->>'n', reason FROM queue.dead_letters WHERE queue_name = '$q'" 2>&1)" \
+		"the expired head is a dead letter"
+	# member 2's lease runs out on its last attempt
+	cpsql -c "UPDATE queue.item_live SET lease_expires_at = now() - interval '1 s', visible_at = now() - interval '1 s'
+	           WHERE queue_name = '$q' AND payload->>'n' = '2'" >/dev/null
+	is 3 "$(gmpsql gm_worker -c "SELECT payload->>'n' FROM queue.dequeue('$q', 'gm-w', batch_size => 10)" 2>&1)" \
+		"a dequeue that buries a spent group head hands out the next member"
+	gmpsql gm_producer -c "SELECT queue.enqueue('$q', '{\"n\": 4}', group_key => 'a')" >/dev/null
+	is "" "$(gmpsql gm_worker -c "SELECT payload->>'n' FROM queue.dequeue('$q', 'gm-w', batch_size => 10)" 2>&1)" \
+		"the group has one head: nothing more while member 3 is processing"
+	is "3|processing|
+4|queued|blocked_by_group" "$(cpsql -c "SELECT payload->>'n', state, waiting FROM queue.items WHERE queue_name = '$q' ORDER BY item_id" 2>&1)" \
+		"the next member waits behind the head"
+}
+
 # set_limit / drop_limit on a distributed queue, and the cap they set
 # holding in dequeue.
 case_flow() {
@@ -681,7 +712,7 @@ case_regress() {
 	ok $st "regress subset on the coordinator ($(echo $tests | wc -w) tests)"
 }
 
-for c in distribute api single_shard heartbeat key_holders sweep_connections flow lost_lease dedup readers capacity workers mixed per_row drop tools listen no_double_claim regress kill9 shard_move; do
+for c in distribute api single_shard heartbeat key_holders sweep_connections group_move_on flow lost_lease dedup readers capacity workers mixed per_row drop tools listen no_double_claim regress kill9 shard_move; do
 	# distribute always runs: the others need it
 	if [ $c = distribute ] || want_case $c; then
 		echo "# case $c"
