@@ -1339,8 +1339,14 @@ claim_round(ClaimContext *ctx, int64 limit, int stripe, FlowLane *lane)
 		/*
 		 * A dead-lettered group head lets its group move on now: the next
 		 * member is the head and claimable by the claim again below.
+		 * Under Citus only where the queue's shards are on this node: the
+		 * group's settle at commit runs there and must find the note
+		 * _group_move_on leaves in this backend (else it would make the
+		 * member after it a head too); elsewhere (a call inside BEGIN ...
+		 * COMMIT on the coordinator) the group moves on at commit.
 		 */
-		if (njunk > 0 && ctx->current_schema && !queue_citus_loaded())
+		if (njunk > 0 && ctx->current_schema &&
+			(!queue_citus_loaded() || queue_citus_queue_local(ctx->qname)))
 		{
 			Oid			mt[2] = {TEXTOID, INT8ARRAYOID};
 			Datum		mv[2];

@@ -65,6 +65,7 @@
 #include "queue.h"
 
 static SPIPlanPtr token_plan = NULL;
+static SPIPlanPtr queue_local_plan = NULL;
 static SPIPlanPtr citus_claim_plan = NULL;
 static SPIPlanPtr citus_hinted_claim_plan = NULL;
 static SPIPlanPtr citus_lane_claim_plan = NULL;
@@ -129,6 +130,33 @@ queue_claim_token(void)
 		elog(ERROR, "queue: drawing a lease token failed");
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	return DatumGetInt64(d);
+}
+
+/*
+ * queue_citus_queue_local
+ *		Whether the shards of queue `qname` are on this node, under Citus.
+ *
+ * A statement on them then runs in this backend (Citus's local execution),
+ * and so do the deferred triggers its rows fire at commit: what this
+ * backend notes for them (queue._group_promoted_note) reaches them.  A
+ * call delegated to the queue's node runs there; one inside BEGIN ...
+ * COMMIT on the coordinator does not.  Must be called inside an SPI
+ * connection.
+ */
+#define QUEUE_LOCAL_SQL \
+	"SELECT 1 FROM pg_catalog.pg_dist_placement p " \
+	"  JOIN pg_catalog.pg_dist_local_group g ON g.groupid" OP("=") "p.groupid " \
+	" WHERE p.shardid" OP("=") \
+	"       pg_catalog.get_shard_id_for_distribution_column('queue.item_live'::pg_catalog.regclass, $1)"
+
+bool
+queue_citus_queue_local(Datum qname)
+{
+	Oid			argtypes[1] = {TEXTOID};
+
+	queue_spi_exec(queue_prepare_cached(&queue_local_plan, QUEUE_LOCAL_SQL, 1, argtypes),
+				   &qname, NULL, true, 1, SPI_OK_SELECT, "finding the queue's node");
+	return SPI_processed > 0;
 }
 
 /*

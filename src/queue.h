@@ -220,6 +220,7 @@ extern void queue_spi_exec_fixed(SPIPlanPtr plan, Datum *values, const char *nul
 
 /* distributed.c */
 extern bool queue_citus_loaded(void);
+extern bool queue_citus_queue_local(Datum qname);
 extern int64 queue_claim_token(void);
 extern int64 queue_citus_seen_usecs(void);
 extern void queue_citus_complete(Datum *values, const char *nulls, bool batch);
