@@ -472,6 +472,7 @@ DECLARE
 BEGIN
     SELECT w.session, w.restarted_at INTO v_prev, v_restarted
       FROM queue.worker_registry w WHERE w.worker = v_worker;
+    v_prev_gone := coalesce(v_prev <> v_session AND NOT queue._session_alive(v_prev), false);
     -- NB: items before the worker row, the order offline recovery takes them in
     FOR q IN SELECT c.queue_name, c.lease_timeout, c.breaker_state, c.probe_item_id
                FROM queue.queue_config c ORDER BY 1 LOOP
@@ -481,13 +482,6 @@ BEGIN
         -- middle of a dequeue): its lease ends now, as the restart's did
         IF v_restarted IS NOT NULL THEN
             PERFORM queue._end_restarted_leases(q.queue_name, v_worker, v_restarted);
-        END IF;
-        -- the leases of the worker's previous connection, if it has gone
-        -- away: a claim whose reply may have been lost with it
-        IF v_prev <> v_session AND NOT queue._session_alive(v_prev) THEN
-            UPDATE queue.item_live i SET lease_session = 0
-             WHERE i.queue_name = q.queue_name AND i.worker = v_worker
-               AND i.lease_token IS NOT NULL AND i.lease_session = v_prev;
         END IF;
         -- the leases are locked first: whether one is unexpired is judged
         -- once it is held (after any wait for its lock), see extend_lease.
