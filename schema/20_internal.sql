@@ -614,20 +614,22 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     r record;
     v_ended boolean := false;
+    v_ids bigint[];
     v_held bigint[] := '{}';
 BEGIN
-    -- (the ids first: see _lock_items)
+    -- every lease under the name, all at once (the ids first: see _lock_items)
     v_ids := ARRAY(
         SELECT i.item_id FROM queue.item_live i
          WHERE i.queue_name = p_queue AND i.worker = p_worker
-           AND i.lease_token IS NOT NULL AND (p_before IS NULL OR i.claimed_at < p_before)));
+           AND i.lease_token IS NOT NULL AND (p_before IS NULL OR i.claimed_at < p_before));
+    PERFORM queue._lock_items(p_queue, v_ids);
     -- the leases held now; one claimed since (its claim committed while
     -- the items were being taken) is taken only if it is free: waiting for
     -- it while holding the others would deadlock with a call that holds it
     -- and waits for one of them (an enqueue_batch naming their keys in the
     -- other order).  A claim the replaced process made before the restart
-    -- is ended by the worker's next heartbeat (restarted_at).  Under Citus,
-    -- where _lock_items leaves them all to it, it waits for them in id order.
+    -- is ended by the worker's next heartbeat (restarted_at).  Under Citus
+    -- it locks them in id order (those _lock_items took are held already).
     IF queue.distributed() THEN
         FOR r IN
             SELECT i.item_id FROM queue.item_live i

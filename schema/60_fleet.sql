@@ -207,6 +207,8 @@ DECLARE
     v_now timestamptz;
     v_start timestamptz := greatest(statement_timestamp(), transaction_timestamp());
     v_restarted timestamptz;
+    v_prev_gone boolean;
+    v_ids bigint[];
     v_held bigint[];
 BEGIN
     SELECT w.session, w.restarted_at INTO v_prev, v_restarted
@@ -231,34 +233,50 @@ BEGIN
         -- work connection claiming while its heartbeat runs) is a moment
         -- old, and waiting for it while holding the others would deadlock
         -- with a call that holds it and waits for one of them (an
-        -- enqueue_batch naming their keys in the other order).  Under
-        -- Citus, where _lock_items leaves them all to it, it locks them in
-        -- id order.  What follows touches only the leases held here.
-        PERFORM queue._lock_items(q.queue_name, ARRAY(
+        -- enqueue_batch naming their keys in the other order).  The leases
+        -- of the worker's previous connection, if it has gone away, too,
+        -- and all of them (_lock_items waits until it holds them all):
+        -- they are marked below.  Under Citus it locks them in id order
+        -- (those _lock_items took are held already).  What follows touches
+        -- only the leases held here.  (The ids first: see _lock_items.)
+        v_ids := ARRAY(
             SELECT i.item_id FROM queue.item_live i
              WHERE i.queue_name = q.queue_name AND i.worker = v_worker
-               AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
-               AND i.cancel_requested_at IS NULL), false);
+               AND i.lease_token IS NOT NULL
+               AND ((i.lease_session IS DISTINCT FROM 0 AND i.cancel_requested_at IS NULL)
+                    OR (v_prev_gone AND i.lease_session = v_prev)));
+        PERFORM queue._lock_items(q.queue_name, v_ids, v_prev_gone);
         IF queue.distributed() THEN
             PERFORM FROM queue.item_live i
              WHERE i.queue_name = q.queue_name AND i.worker = v_worker
-               AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
-               AND i.cancel_requested_at IS NULL
+               AND i.lease_token IS NOT NULL
+               AND ((i.lease_session IS DISTINCT FROM 0 AND i.cancel_requested_at IS NULL)
+                    OR (v_prev_gone AND i.lease_session = v_prev))
              ORDER BY i.item_id
                FOR UPDATE;
             v_held := ARRAY(
                 SELECT i.item_id FROM queue.item_live i
                  WHERE i.queue_name = q.queue_name AND i.worker = v_worker
-                   AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
-                   AND i.cancel_requested_at IS NULL);
+                   AND i.lease_token IS NOT NULL
+                   AND ((i.lease_session IS DISTINCT FROM 0 AND i.cancel_requested_at IS NULL)
+                        OR (v_prev_gone AND i.lease_session = v_prev)));
         ELSE
             SELECT coalesce(array_agg(s.item_id), '{}') INTO v_held
               FROM (SELECT i.item_id FROM queue.item_live i
                      WHERE i.queue_name = q.queue_name AND i.worker = v_worker
-                       AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
-                       AND i.cancel_requested_at IS NULL
+                       AND i.lease_token IS NOT NULL
+                       AND ((i.lease_session IS DISTINCT FROM 0 AND i.cancel_requested_at IS NULL)
+                            OR (v_prev_gone AND i.lease_session = v_prev))
                      ORDER BY i.item_id
                        FOR UPDATE SKIP LOCKED) s;
+        END IF;
+        -- the leases of the worker's previous connection, if it has gone
+        -- away: a claim whose reply may have been lost with it
+        IF v_prev_gone THEN
+            UPDATE queue.item_live i SET lease_session = 0
+             WHERE i.queue_name = q.queue_name AND i.worker = v_worker
+               AND i.lease_token IS NOT NULL AND i.lease_session = v_prev
+               AND i.item_id = ANY (v_held);
         END IF;
         v_now := clock_timestamp();
         -- a lease runs from this statement, not from the transaction's start

@@ -324,20 +324,22 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     r record;
     v_ended boolean := false;
+    v_ids bigint[];
     v_held bigint[] := '{}';
 BEGIN
-    -- (the ids first: see _lock_items)
+    -- every lease under the name, all at once (the ids first: see _lock_items)
     v_ids := ARRAY(
         SELECT i.item_id FROM queue.item_live i
          WHERE i.queue_name = p_queue AND i.worker = p_worker
-           AND i.lease_token IS NOT NULL AND (p_before IS NULL OR i.claimed_at < p_before)));
+           AND i.lease_token IS NOT NULL AND (p_before IS NULL OR i.claimed_at < p_before));
+    PERFORM queue._lock_items(p_queue, v_ids);
     -- the leases held now; one claimed since (its claim committed while
     -- the items were being taken) is taken only if it is free: waiting for
     -- it while holding the others would deadlock with a call that holds it
     -- and waits for one of them (an enqueue_batch naming their keys in the
     -- other order).  A claim the replaced process made before the restart
-    -- is ended by the worker's next heartbeat (restarted_at).  Under Citus,
-    -- where _lock_items leaves them all to it, it waits for them in id order.
+    -- is ended by the worker's next heartbeat (restarted_at).  Under Citus
+    -- it locks them in id order (those _lock_items took are held already).
     IF queue.distributed() THEN
         FOR r IN
             SELECT i.item_id FROM queue.item_live i
@@ -468,6 +470,8 @@ DECLARE
     v_now timestamptz;
     v_start timestamptz := greatest(statement_timestamp(), transaction_timestamp());
     v_restarted timestamptz;
+    v_prev_gone boolean;
+    v_ids bigint[];
     v_held bigint[];
 BEGIN
     SELECT w.session, w.restarted_at INTO v_prev, v_restarted
@@ -492,34 +496,50 @@ BEGIN
         -- work connection claiming while its heartbeat runs) is a moment
         -- old, and waiting for it while holding the others would deadlock
         -- with a call that holds it and waits for one of them (an
-        -- enqueue_batch naming their keys in the other order).  Under
-        -- Citus, where _lock_items leaves them all to it, it locks them in
-        -- id order.  What follows touches only the leases held here.
-        PERFORM queue._lock_items(q.queue_name, ARRAY(
+        -- enqueue_batch naming their keys in the other order).  The leases
+        -- of the worker's previous connection, if it has gone away, too,
+        -- and all of them (_lock_items waits until it holds them all):
+        -- they are marked below.  Under Citus it locks them in id order
+        -- (those _lock_items took are held already).  What follows touches
+        -- only the leases held here.  (The ids first: see _lock_items.)
+        v_ids := ARRAY(
             SELECT i.item_id FROM queue.item_live i
              WHERE i.queue_name = q.queue_name AND i.worker = v_worker
-               AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
-               AND i.cancel_requested_at IS NULL), false);
+               AND i.lease_token IS NOT NULL
+               AND ((i.lease_session IS DISTINCT FROM 0 AND i.cancel_requested_at IS NULL)
+                    OR (v_prev_gone AND i.lease_session = v_prev)));
+        PERFORM queue._lock_items(q.queue_name, v_ids, v_prev_gone);
         IF queue.distributed() THEN
             PERFORM FROM queue.item_live i
              WHERE i.queue_name = q.queue_name AND i.worker = v_worker
-               AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
-               AND i.cancel_requested_at IS NULL
+               AND i.lease_token IS NOT NULL
+               AND ((i.lease_session IS DISTINCT FROM 0 AND i.cancel_requested_at IS NULL)
+                    OR (v_prev_gone AND i.lease_session = v_prev))
              ORDER BY i.item_id
                FOR UPDATE;
             v_held := ARRAY(
                 SELECT i.item_id FROM queue.item_live i
                  WHERE i.queue_name = q.queue_name AND i.worker = v_worker
-                   AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
-                   AND i.cancel_requested_at IS NULL);
+                   AND i.lease_token IS NOT NULL
+                   AND ((i.lease_session IS DISTINCT FROM 0 AND i.cancel_requested_at IS NULL)
+                        OR (v_prev_gone AND i.lease_session = v_prev)));
         ELSE
             SELECT coalesce(array_agg(s.item_id), '{}') INTO v_held
               FROM (SELECT i.item_id FROM queue.item_live i
                      WHERE i.queue_name = q.queue_name AND i.worker = v_worker
-                       AND i.lease_token IS NOT NULL AND i.lease_session IS DISTINCT FROM 0
-                       AND i.cancel_requested_at IS NULL
+                       AND i.lease_token IS NOT NULL
+                       AND ((i.lease_session IS DISTINCT FROM 0 AND i.cancel_requested_at IS NULL)
+                            OR (v_prev_gone AND i.lease_session = v_prev))
                      ORDER BY i.item_id
                        FOR UPDATE SKIP LOCKED) s;
+        END IF;
+        -- the leases of the worker's previous connection, if it has gone
+        -- away: a claim whose reply may have been lost with it
+        IF v_prev_gone THEN
+            UPDATE queue.item_live i SET lease_session = 0
+             WHERE i.queue_name = q.queue_name AND i.worker = v_worker
+               AND i.lease_token IS NOT NULL AND i.lease_session = v_prev
+               AND i.item_id = ANY (v_held);
         END IF;
         v_now := clock_timestamp();
         -- a lease runs from this statement, not from the transaction's start
