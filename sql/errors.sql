@@ -199,6 +199,10 @@ SELECT queue.create_queue('q_bad', max_attempts => 0);
 \echo :LAST_ERROR_SQLSTATE
 SELECT queue.create_queue('q_bad', backoff_factor => 0.5);
 \echo :LAST_ERROR_SQLSTATE
+SELECT queue.create_queue('q_bad', backoff_factor => 'Infinity');
+\echo :LAST_ERROR_SQLSTATE
+SELECT queue.create_queue('q_bad', backoff_factor => 'NaN');
+\echo :LAST_ERROR_SQLSTATE
 SELECT queue.create_queue('q_bad', backoff_jitter => -0.1);
 \echo :LAST_ERROR_SQLSTATE
 SELECT queue.create_queue('q_bad', backoff_jitter => 1.5);
