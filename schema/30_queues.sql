@@ -60,7 +60,12 @@ BEGIN
         RAISE EXCEPTION 'backoff_base must not be negative, not "%"', c.backoff_base
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF c.backoff_factor < 1 OR c.backoff_factor = 'NaN'::float8 OR c.backoff_factor = 'Infinity'::float8 THEN
+    IF c.backoff_factor = 'NaN'::float8 OR c.backoff_factor = 'Infinity'::float8 THEN
+        RAISE EXCEPTION 'backoff_factor must be a finite number, not %', c.backoff_factor
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use 1 for a constant backoff, 2 or 3 for an exponential one.';
+    END IF;
+    IF c.backoff_factor < 1 THEN
         RAISE EXCEPTION 'backoff_factor must be at least 1, not %', c.backoff_factor
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Use 1 for a constant backoff, 2 or 3 for an exponential one.';
