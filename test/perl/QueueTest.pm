@@ -8,7 +8,7 @@ use strict;
 use warnings FATAL => 'all';
 
 use Exporter 'import';
-our @EXPORT_OK = qw(state_sql);
+our @EXPORT_OK = qw(state_sql model_session model_run);
 
 # A query listing everything of the extension's state that must survive a
 # dump and restore or an extension upgrade, one text row per object, in a
@@ -44,6 +44,46 @@ sub state_sql
 	 WHERE schemaname = 'queue'
 	ORDER BY 1, 2;
 	};
+}
+
+# A psql session of one role on $node for a model test, errors reported by
+# SQLSTATE only; @setup: statements run first (session settings).
+sub model_session
+{
+	my ($node, $role, @setup) = @_;
+	my $s = $node->background_psql('postgres', on_error_stop => 0,
+		extra_params => [ '-U', $role ]);
+	$s->query("\\set VERBOSITY sqlstate");
+	$s->query("SET client_min_messages = error");
+	$s->query($_) for @setup;
+	$s->{stderr} = '';
+	return $s;
+}
+
+# Run one statement (autocommit) in a model_session; returns (output,
+# sqlstate or undef).  Anything else on stderr ends the test.
+my $model_qn = 0;
+sub model_run
+{
+	my ($s, $sql) = @_;
+	my $n = $model_qn++;
+	my $banner = "model: SEP $n:";
+	$s->{stdin} .= "$sql\n;\n\\echo '$banner'\n\\warn '$banner'\n";
+	$s->{timeout}->start();
+	$s->{run}->pump()
+	  until ($s->{stdout} =~ /$banner\r?\n/ && $s->{stderr} =~ /$banner\r?\n/)
+	  || $s->{timeout}->is_expired;
+	die "query timed out: $sql" if $s->{timeout}->is_expired;
+	my $out = $s->{stdout};
+	my $err = $s->{stderr};
+	$out =~ s/\r?\n?\Q$banner\E\r?\n//;
+	$err =~ s/\r?\n?\Q$banner\E\r?\n//;
+	$s->{stdout} = '';
+	$s->{stderr} = '';
+	my $state;
+	if ($err =~ /ERROR:\s+([0-9A-Z]{5})/) { $state = $1; }
+	elsif ($err ne '') { die "unexpected stderr for $sql: $err"; }
+	return ($out, $state);
 }
 
 1;

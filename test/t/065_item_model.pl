@@ -29,6 +29,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time);
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use QueueTest qw(model_session model_run);
 
 my $seed = $ENV{QUEUE_MODEL_SEED} // 20261203;
 my $nsteps = $ENV{QUEUE_MODEL_STEPS} // 1200;
@@ -54,42 +57,10 @@ $node->safe_psql('postgres', q{
 
 # ------------------------------------------------------------- sessions
 
-# A psql session of one role; q() runs one statement (autocommit) and
-# returns (output, sqlstate or undef).
-sub session
-{
-	my ($role) = @_;
-	my $s = $node->background_psql('postgres', on_error_stop => 0,
-		extra_params => [ '-U', $role ]);
-	$s->query("\\set VERBOSITY sqlstate");
-	$s->query("SET client_min_messages = error");
-	$s->{stderr} = '';
-	return $s;
-}
-
-my $qn = 0;
-sub run
-{
-	my ($s, $sql) = @_;
-	my $n = $qn++;
-	my $banner = "model: SEP $n:";
-	$s->{stdin} .= "$sql\n;\n\\echo '$banner'\n\\warn '$banner'\n";
-	$s->{timeout}->start();
-	$s->{run}->pump()
-	  until ($s->{stdout} =~ /$banner\r?\n/ && $s->{stderr} =~ /$banner\r?\n/)
-	  || $s->{timeout}->is_expired;
-	die "query timed out: $sql" if $s->{timeout}->is_expired;
-	my $out = $s->{stdout};
-	my $err = $s->{stderr};
-	$out =~ s/\r?\n?\Q$banner\E\r?\n//;
-	$err =~ s/\r?\n?\Q$banner\E\r?\n//;
-	$s->{stdout} = '';
-	$s->{stderr} = '';
-	my $state;
-	if ($err =~ /ERROR:\s+([0-9A-Z]{5})/) { $state = $1; }
-	elsif ($err ne '') { die "unexpected stderr for $sql: $err"; }
-	return ($out, $state);
-}
+# A psql session of one role (QueueTest::model_session); run() sends one
+# statement (autocommit) and returns (output, sqlstate or undef).
+sub session { return model_session($node, $_[0]); }
+sub run { return model_run(@_); }
 
 my %sess = (
 	admin => session('m_admin'),
