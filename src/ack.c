@@ -571,12 +571,10 @@ complete_direct_round_at_once(Datum *values, char *nulls, Datum *id_elems, Datum
 							  const int *todo, int ntodo, int *stmt, int *nstmt,
 							  HeapTuple *rows, int *nrows, TupleDesc desc, ItemPointer busy)
 {
-	MemoryContext oldcontext = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
+	QueueSubxact sx;
 	bool		is_busy;
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(oldcontext);
+	queue_subxact_begin(&sx);
 	PG_TRY();
 	{
 		is_busy = complete_direct_round(values, nulls, id_elems, tok_elems,
@@ -585,23 +583,10 @@ complete_direct_round_at_once(Datum *values, char *nulls, Datum *id_elems, Datum
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(oldcontext);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
-		ReThrowError(edata);
+		ReThrowError(queue_subxact_catch(&sx));
 	}
 	PG_END_TRY();
-	if (is_busy)
-		RollbackAndReleaseCurrentSubTransaction();
-	else
-		ReleaseCurrentSubTransaction();
-	MemoryContextSwitchTo(oldcontext);
-	CurrentResourceOwner = oldowner;
+	queue_subxact_end(&sx, !is_busy);
 	return is_busy;
 }
 

@@ -536,11 +536,9 @@ queue_completer_end(QueueCompleter *c)
 void
 queue_completer_wait(ItemPointer tid)
 {
-	MemoryContext oldcontext = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
+	QueueSubxact sx;
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(oldcontext);
+	queue_subxact_begin(&sx);
 	PG_TRY();
 	{
 		Relation	rel = table_open(queue_item_live_oid(), RowShareLock);
@@ -558,20 +556,10 @@ queue_completer_wait(ItemPointer tid)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(oldcontext);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
-		ReThrowError(edata);
+		ReThrowError(queue_subxact_catch(&sx));
 	}
 	PG_END_TRY();
-	RollbackAndReleaseCurrentSubTransaction();
-	MemoryContextSwitchTo(oldcontext);
-	CurrentResourceOwner = oldowner;
+	queue_subxact_end(&sx, false);
 }
 
 /* One completion (see queue_completer_one). */

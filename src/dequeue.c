@@ -503,14 +503,12 @@ static void
 register_new_worker(Datum worker)
 {
 	Oid			argtypes[1] = {TEXTOID};
-	MemoryContext oldcontext = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
+	QueueSubxact sx;
 
 	/* another dequeue registering this very name holds it: its row stands */
 	if (!queue_lock_private(TextDatumGetCString(worker), QUEUE_LOCK_WORKER_REG, false))
 		return;
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(oldcontext);
+	queue_subxact_begin(&sx);
 	PG_TRY();
 	{
 		int			guc_level = NewGUCNestLevel();
@@ -522,20 +520,12 @@ register_new_worker(Datum worker)
 					   queue_prepare_cached(&register_plan_v1, REGISTER_SQL_V1, 1, argtypes),
 					   &worker, NULL, false, 0, SPI_OK_INSERT, "registering worker");
 		AtEOXact_GUC(false, guc_level);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
+		queue_subxact_end(&sx, true);
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
+		ErrorData  *edata = queue_subxact_catch(&sx);
 
-		MemoryContextSwitchTo(oldcontext);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
 		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
 			ReThrowError(edata);
 		FreeErrorData(edata);

@@ -28,6 +28,7 @@
 #include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/resowner.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -323,6 +324,45 @@ queue_spi_finish(void)
 {
 	queue_scope_pop();
 	queue_spi_check(SPI_finish(), SPI_OK_FINISH, "finishing SPI");
+}
+
+/*
+ * Internal subtransactions, run as PL/pgSQL runs an exception block:
+ * queue_subxact_begin starts one and notes where the caller was;
+ * queue_subxact_end keeps (commits) or rolls back the subtransaction and
+ * returns there; queue_subxact_catch, in the PG_CATCH block, rolls it back
+ * and returns the error, flushed, for the caller to rethrow or swallow.
+ */
+void
+queue_subxact_begin(QueueSubxact *sx)
+{
+	sx->cxt = CurrentMemoryContext;
+	sx->owner = CurrentResourceOwner;
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(sx->cxt);
+}
+
+void
+queue_subxact_end(const QueueSubxact *sx, bool keep)
+{
+	if (keep)
+		ReleaseCurrentSubTransaction();
+	else
+		RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(sx->cxt);
+	CurrentResourceOwner = sx->owner;
+}
+
+ErrorData *
+queue_subxact_catch(const QueueSubxact *sx)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(sx->cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	queue_subxact_end(sx, false);
+	return edata;
 }
 
 /*

@@ -195,6 +195,14 @@ extern void queue_spi_exec_one(SPIPlanPtr plan, Datum *values, const char *nulls
 extern void queue_spi_count_latest(SPIPlanPtr plan, Datum *values, const char *what);
 extern void queue_spi_connect(void);
 extern void queue_spi_finish(void);
+typedef struct QueueSubxact
+{
+	MemoryContext cxt;			/* the caller's, restored at the end */
+	ResourceOwner owner;
+} QueueSubxact;
+extern void queue_subxact_begin(QueueSubxact *sx);
+extern void queue_subxact_end(const QueueSubxact *sx, bool keep);
+extern ErrorData *queue_subxact_catch(const QueueSubxact *sx);
 
 /* statement_scope.c */
 extern void queue_scope_push(void);
