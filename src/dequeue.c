@@ -401,6 +401,35 @@ run_count(SPIPlanPtr plan, Datum *values)
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
+/* Stripe s's share of a cap split over nstripes stripes. */
+static int32
+stripe_share(int32 cap, int s, int nstripes)
+{
+	return cap / nstripes + (s < cap % nstripes ? 1 : 0);
+}
+
+/*
+ * stripe_in_flight
+ *		The current leases charged to stripe s (*own), and what the other
+ *		stripes hold beyond their shares (*excess), by IN_FLIGHT_SQL.
+ */
+static void
+stripe_in_flight(Datum qname, int s, int nstripes, int32 cap, int64 *own, int64 *excess)
+{
+	Oid			ct[4] = {TEXTOID, INT2OID, INT2OID, INT4OID};
+	Datum		cv[4];
+	bool		isnull;
+
+	cv[0] = qname;
+	cv[1] = Int16GetDatum((int16) s);
+	cv[2] = Int16GetDatum((int16) nstripes);
+	cv[3] = Int32GetDatum(cap);
+	queue_spi_count_latest(queue_prepare_cached(&in_flight_plan, IN_FLIGHT_SQL, 4, ct), cv,
+						   "dequeue count query");
+	*own = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	*excess = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+}
+
 /*
  * stripe_room
  *		How many more leases stripe s (of nstripes, of the queue's cap) may
@@ -413,22 +442,12 @@ run_count(SPIPlanPtr plan, Datum *values)
 static int64
 stripe_room(Datum qname, int s, int nstripes, int32 cap, bool *excess_blocks)
 {
-	Oid			ct[4] = {TEXTOID, INT2OID, INT2OID, INT4OID};
-	Datum		cv[4];
-	int32		share = cap / nstripes + (s < cap % nstripes ? 1 : 0);
-	bool		isnull;
+	int32		share = stripe_share(cap, s, nstripes);
 	int64		own;
 	int64		excess;
 
-	cv[0] = qname;
-	cv[1] = Int16GetDatum((int16) s);
-	cv[2] = Int16GetDatum((int16) nstripes);
-	cv[3] = Int32GetDatum(cap);
 	/* under the stripe's lock: every committed lease counts */
-	queue_spi_count_latest(queue_prepare_cached(&in_flight_plan, IN_FLIGHT_SQL, 4, ct), cv,
-						   "dequeue count query");
-	own = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	excess = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	stripe_in_flight(qname, s, nstripes, cap, &own, &excess);
 	/* its share has room that only the other stripes' excess takes away */
 	if (excess_blocks != NULL && own < share && share - own - excess <= 0)
 		*excess_blocks = true;
@@ -467,20 +486,11 @@ stripes_free_all(const char *queue_name, Datum qname, int nstripes, int32 cap,
 	}
 	for (int t = 0; t < nstripes; t++)
 	{
-		Oid			ct[4] = {TEXTOID, INT2OID, INT2OID, INT4OID};
-		Datum		cv[4];
-		int32		share = cap / nstripes + (t < cap % nstripes ? 1 : 0);
-		bool		isnull;
 		int64		own;
+		int64		excess;
 
-		cv[0] = qname;
-		cv[1] = Int16GetDatum((int16) t);
-		cv[2] = Int16GetDatum((int16) nstripes);
-		cv[3] = Int32GetDatum(cap);
-		queue_spi_count_latest(queue_prepare_cached(&in_flight_plan, IN_FLIGHT_SQL, 4, ct), cv,
-							   "dequeue count query");
-		own = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-		free_share[t] = Max(share - own, 0);
+		stripe_in_flight(qname, t, nstripes, cap, &own, &excess);
+		free_share[t] = Max(stripe_share(cap, t, nstripes) - own, 0);
 		total += own;
 	}
 	return Max(cap - total, 0);
