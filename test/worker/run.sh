@@ -1462,12 +1462,17 @@ if want lockedlease; then
 	"$BINDIR/psql" -X -q -d "$DSN" -c "BEGIN; SELECT 1 FROM queue.item_live
 		WHERE queue_name = 't_lockedlease' AND item_id = $a FOR UPDATE; SELECT pg_sleep(4); COMMIT" >/dev/null &
 	locker=$!
-	# another bot asks for work all the while
+	# another bot asks for work all the while the lock is held, and stops
+	# short of its end: the locked item's own lease lapses under the lock
+	# (it is 2 s long), and the worker revives it just after, which a
+	# question asked in that moment would race
 	stolen=0
-	while kill -0 "$locker" 2>/dev/null; do
+	until_ms=$(( $(date +%s%3N) + 3300 ))
+	while kill -0 "$locker" 2>/dev/null && [ "$(date +%s%3N)" -lt "$until_ms" ]; do
 		stolen=$((stolen + $(sql "SELECT count(*) FROM queue.dequeue('t_lockedlease', 'other_bot')")))
 		sleep 0.3
 	done
+	wait "$locker"
 	wait "$w"
 	is "lockedlease: worker exits 0" "$?" 0
 	is "lockedlease: the other bot got nothing: the lease of the item nobody locked was kept alive" "$stolen" 0
